@@ -1,0 +1,85 @@
+# llmfleet.engines: the two commands a user needs, and the pieces of the test suite.
+#
+#   make run    converge the embedded local inventory (vLLM on this machine)
+#   make test   the whole test suite (what CI runs)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+REPO := $(abspath .)
+PYTHON ?= $(shell command -v /usr/bin/python3.11 || command -v python3.11 || command -v python3)
+PYTHON_LATEST ?= $(shell command -v python3.12 || ls $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n1)
+VENV := .venv
+VENV_LATEST := .venv-latest
+COLLECTIONS := build/collections
+LINK := $(COLLECTIONS)/ansible_collections/llmfleet/engines
+PYTEST := $(VENV)/bin/python -m pytest
+export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
+export PATH := $(REPO)/$(VENV)/bin:$(PATH)
+
+.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build requirements clean
+
+help:
+	@echo "make run     converge inventories/local: install vLLM on this machine"
+	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core)"
+	@echo "pieces: units integration network latest sanity lint docs build; make requirements re-pins requirements/*.txt"
+
+$(VENV)/.stamp: requirements/dev.txt
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/dev.txt
+	touch $@
+
+venv: $(VENV)/.stamp link
+
+$(VENV_LATEST)/.stamp: requirements/dev-latest.txt
+	rm -rf $(VENV_LATEST)
+	$(PYTHON_LATEST) -m venv $(VENV_LATEST)
+	$(VENV_LATEST)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/dev-latest.txt
+	touch $@
+
+venv-latest: $(VENV_LATEST)/.stamp link
+
+link:
+	@mkdir -p $(dir $(LINK))
+	@[ -L $(LINK) ] || ln -sfn $(REPO) $(LINK)
+
+run: venv
+	$(VENV)/bin/ansible-playbook -i inventories/local playbooks/site.yml
+
+units: venv
+	$(PYTEST) tests/unit tests/upstream -m "not network"
+
+integration: venv
+	$(PYTEST) tests/integration -m "not network"
+
+network: venv
+	$(PYTEST) tests/network -m network
+
+# The newest ansible-core on Python 3.12: units and integration again.
+latest:
+	@if [ -z "$(PYTHON_LATEST)" ]; then echo "no Python 3.12 here: skipping the newest-ansible-core run"; else \
+	  $(MAKE) venv-latest && $(VENV_LATEST)/bin/python -m pytest tests/unit tests/integration -m "not network" \
+	    -p no:cacheprovider; fi
+
+sanity: venv
+	tools/sanity.sh
+	@if command -v python3.9 >/dev/null; then SANITY_PYTHON=3.9 tools/sanity.sh --test compile --test import; fi
+
+lint: venv
+	$(VENV)/bin/ansible-lint --strict
+
+docs: venv
+	$(VENV)/bin/python tools/check_docs.py
+
+build: venv
+	tools/build_check.sh
+
+test: venv
+	$(MAKE) units integration network docs build lint sanity latest
+
+requirements:
+	uv pip compile -q --generate-hashes --python-version 3.11 requirements/dev.in -o requirements/dev.txt
+	uv pip compile -q --generate-hashes --python-version 3.12 requirements/dev-latest.in -o requirements/dev-latest.txt
+
+clean:
+	rm -rf build llmfleet-engines-*.tar.gz

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build the collection artifact, check that development files stay out of it, install it into a
+# scratch collections path, and render a module's docs from the installed copy.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=$repo/build/dist
+rm -rf "$out" "$repo/build/install"
+mkdir -p "$out"
+cd "$repo"
+ansible-galaxy collection build --output-path "$out" --force >/dev/null
+tarball=$(ls "$out"/llmfleet-engines-*.tar.gz)
+bad=$(tar -tzf "$tarball" | grep -E '^(tests|bench|\.ci|\.venv|build|requirements|tools|docs/dev)/|^Makefile$|^changelogs/fragments/.+' || true)
+if [ -n "$bad" ]; then
+  echo "ERROR: development files in $tarball:"; echo "$bad"; exit 1
+fi
+for must in galaxy.yml README.md MANIFEST.json FILES.json meta/runtime.yml; do
+  tar -tzf "$tarball" | grep -qx "$must" || { echo "ERROR: $must missing from $tarball"; exit 1; }
+done
+ansible-galaxy collection install "$tarball" -p "$repo/build/install" --force >/dev/null
+count=0
+for module in "$repo"/plugins/modules/*.py; do
+  name=$(basename "$module" .py)
+  ANSIBLE_COLLECTIONS_PATH=$repo/build/install ansible-doc -t module "llmfleet.engines.$name" >/dev/null
+  count=$((count + 1))
+done
+echo "build: $(basename "$tarball") ($(tar -tzf "$tarball" | wc -l) entries), installed, $count module docs rendered from the installed copy"

@@ -7,7 +7,10 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 REPO := $(abspath .)
 PYTHON ?= $(shell command -v /usr/bin/python3.11 || command -v python3.11 || command -v python3)
-PYTHON_LATEST ?= $(shell command -v python3.12 || ls $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -n1)
+# A Python that really runs (pyenv shims of versions not selected only print an error).
+find_python = $(firstword $(foreach p,$(wildcard $(HOME)/.pyenv/versions/$(1)*/bin/python$(1)) /usr/bin/python$(1),$(shell $(p) -c "print('$(p)')" 2>/dev/null)))
+PYTHON_LATEST ?= $(call find_python,3.12)
+PYTHON_OLDEST ?= $(call find_python,3.9)
 VENV := .venv
 VENV_LATEST := .venv-latest
 COLLECTIONS := build/collections
@@ -63,7 +66,8 @@ latest:
 
 sanity: venv
 	tools/sanity.sh
-	@if command -v python3.9 >/dev/null; then SANITY_PYTHON=3.9 tools/sanity.sh --test compile --test import; fi
+	@if [ -n "$(PYTHON_OLDEST)" ]; then PATH=$(dir $(PYTHON_OLDEST)):$$PATH SANITY_PYTHON=3.9 tools/sanity.sh --test compile --test import; \
+	  else echo "no Python 3.9 here: modules compiled and imported on 3.11 only"; fi
 
 lint: venv
 	$(VENV)/bin/ansible-lint --strict

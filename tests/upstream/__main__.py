@@ -1,0 +1,53 @@
+"""``python -m tests.upstream --port 0 --packages DIR [--ready-file F]``: serve until SIGTERM/SIGINT.
+
+Builds the packages into DIR first when DIR is empty or missing. Once serving, prints
+``{"url": ...}`` as one JSON line on stdout (and writes it to F).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import sys
+import threading
+
+from tests.upstream import FakeUpstream, build_packages
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.upstream", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port (0: a free one)")
+    parser.add_argument("--packages", required=True, type=pathlib.Path, help="directory of built packages")
+    parser.add_argument("--ready-file", type=pathlib.Path, help="also write the JSON line here")
+    args = parser.parse_args(argv)
+
+    if not args.packages.is_dir() or not any(args.packages.iterdir()):
+        build_packages(args.packages)
+    upstream = FakeUpstream(args.packages, host=args.host, port=args.port).start()
+    stop = threading.Event()
+
+    def _stop(_signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    line = json.dumps({"url": upstream.url, "pid": os.getpid()})
+    if args.ready_file:
+        tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
+        tmp.write_text(line + "\n")
+        tmp.replace(args.ready_file)
+    print(line, flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        upstream.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

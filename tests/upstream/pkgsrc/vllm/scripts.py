@@ -1,0 +1,32 @@
+"""The ``vllm`` console script (only ``--version`` does anything useful)."""
+
+import argparse
+import os
+import sys
+
+
+def _infer_device_type():
+    # Real vLLM picks its platform plugin at start-up and fails without a GPU.
+    if os.environ.get("FAKE_TORCH_CUDA", "none").strip() in ("", "none"):
+        raise RuntimeError("Failed to infer device type")
+    return "cuda"
+
+
+def main(argv=None):
+    """Entry point."""
+    parser = argparse.ArgumentParser(prog="vllm", description="vLLM CLI (fake)")
+    parser.add_argument("-v", "--version", action="store_true", help="show the version and exit")
+    parser.add_argument("command", nargs="?", help="subcommand (not implemented in the fake)")
+    args, _rest = parser.parse_known_args(argv)
+    _infer_device_type()
+    from vllm import __version__  # pylint: disable=import-outside-toplevel
+
+    if args.version:
+        print(__version__)
+        return 0
+    parser.print_help()
+    return 0 if args.command is None else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

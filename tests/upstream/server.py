@@ -1,0 +1,730 @@
+"""The fake upstream HTTP server: PyPI JSON + simple index, GitHub releases, PyTorch extra indexes.
+
+Standard library only (``http.server.ThreadingHTTPServer`` in a thread on 127.0.0.1). The URL
+layout, the control endpoints and the catalogue are specified in ``docs/dev/CONTRACTS.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import html
+import json
+import pathlib
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.upstream import catalog
+from tests.upstream.builder import normalize, tamper
+
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
+TORCH_INDEXES = ("cu129", "cu130")
+FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest")
+SWITCH_DEFAULTS = {"release_json_404": False, "torch_upload_times": True}
+RATE_LIMIT_MESSAGE = (
+    "API rate limit exceeded for 127.0.0.1. (But here's the good news: Authenticated requests get a "
+    "higher rate limit. Check out the documentation for more details.)"
+)
+RATE_LIMIT_DOC = "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"
+GITHUB_404_DOC = "https://docs.github.com/rest/releases/releases#get-a-release-by-tag-name"
+INVALID_JSON_BODY = b"<html><body><h1>502 Bad Gateway</h1>upstream sent garbage</body></html>\n"
+
+
+class ControlError(ValueError):
+    """A control request that cannot be honoured (answered 400)."""
+
+
+def _iso(stamp: str | None) -> str | None:
+    """'2025-10-02T20:00:00Z' -> '2025-10-02T20:00:00.000000Z' (PyPI's form)."""
+    if stamp is None:
+        return None
+    return stamp[:-1] + ".000000Z"
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _version_key(version: str):
+    public, _, local = version.partition("+")
+    return (tuple(int(p) for p in public.split(".")), local)
+
+
+def _packagetype(filename: str) -> str:
+    return "bdist_wheel" if filename.endswith(".whl") else "sdist"
+
+
+def _python_version(filename: str) -> str:
+    return filename[:-4].split("-")[2] if filename.endswith(".whl") else "source"
+
+
+def _content_type(filename: str) -> str:
+    if filename.endswith(".tar.gz"):
+        return "application/gzip"
+    if filename.endswith(".txt"):
+        return "text/plain"
+    return "application/octet-stream"
+
+
+class Catalogue:
+    """The catalogue joined with the built files: sizes and digests, looked up by URL part."""
+
+    def __init__(self, packages: pathlib.Path):
+        self.packages = pathlib.Path(packages)
+        self.files: dict[tuple[str, str], dict] = {}  # (store dir, filename) -> file record
+        self.pypi: dict[str, list[dict]] = {}  # normalised project -> releases
+        self.torch: dict[str, dict[str, list[dict]]] = {idx: {} for idx in TORCH_INDEXES}
+        self.github: dict[str, dict[str, dict]] = {}  # "owner/repo" -> tag -> release
+        asset_id = 1000
+        for number, row in enumerate(catalog.RELEASES):
+            store = catalog.store_dir(row)
+            release = {
+                "row": row,
+                "project": row["project"],
+                "version": row["version"],
+                "yanked_reason": row.get("yanked_reason"),
+                "files": [],
+            }
+            names = [(e["filename"], e["upload_time"]) for e in row["files"]]
+            if row.get("checksum_file"):
+                names.append((row["checksum_file"], row["files"][-1]["upload_time"]))
+            for filename, upload_time in names:
+                path = self.packages / store / filename
+                try:
+                    data = path.read_bytes()
+                except FileNotFoundError:
+                    raise FileNotFoundError(
+                        "fake upstream: %s is missing; run tests.upstream.build_packages(%s) first"
+                        % (path, self.packages)
+                    ) from None
+                asset_id += 1
+                record = {
+                    "filename": filename,
+                    "store": store,
+                    "path": path,
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "md5": hashlib.md5(data).hexdigest(),  # noqa: S324 - PyPI publishes md5 too
+                    "blake2b_256": hashlib.blake2b(data, digest_size=32).hexdigest(),
+                    "upload_time": upload_time,
+                    "requires_python": catalog.REQUIRES_PYTHON[row["project"]],
+                    "yanked_reason": row.get("yanked_reason"),
+                    "version": catalog.release_version(row, filename),
+                    "asset_id": asset_id,
+                    "checksum_file": filename == row.get("checksum_file"),
+                }
+                release["files"].append(record)
+                self.files[(store, filename)] = record
+            where = row["where"]
+            if where == "pypi":
+                self.pypi.setdefault(normalize(row["project"]), []).append(release)
+            elif where.startswith("torch/"):
+                self.torch[where.split("/", 1)[1]].setdefault(normalize(row["project"]), []).append(release)
+            else:
+                release["id"] = 250000000 + number
+                self.github.setdefault(row["repo"], {})[row["tag"]] = release
+        for releases in list(self.pypi.values()) + [r for idx in self.torch.values() for r in idx.values()]:
+            releases.sort(key=lambda r: _version_key(r["version"]))
+
+    def as_json(self) -> dict:
+        """The catalogue for GET /_control/catalog."""
+        rows = []
+        for row in catalog.RELEASES:
+            store = catalog.store_dir(row)
+            out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items() if k != "files"}
+            names = [e["filename"] for e in row["files"]]
+            if row.get("checksum_file"):
+                names.append(row["checksum_file"])
+            out["files"] = [
+                {
+                    k: self.files[(store, name)][k]
+                    for k in ("filename", "size", "sha256", "upload_time", "version", "store")
+                }
+                for name in names
+            ]
+            rows.append(out)
+        return {"releases": rows, "torch_indexes": list(TORCH_INDEXES), "github_repos": sorted(self.github)}
+
+
+class State:
+    """Fault rules, switches and the request log (shared by the handler threads)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        with self.lock:
+            self.faults: list[dict] = []
+            self.switches = dict(SWITCH_DEFAULTS)
+            self.requests: list[dict] = []
+
+    def add_fault(self, rule: dict) -> dict:
+        if not isinstance(rule, dict):
+            raise ControlError("a fault is a JSON object")
+        kind = rule.get("kind")
+        if kind not in FAULT_KINDS:
+            raise ControlError("unknown fault kind %r; known: %s" % (kind, ", ".join(FAULT_KINDS)))
+        rule = dict(rule)
+        if kind in ("tamper", "wrong_digest"):
+            if not isinstance(rule.get("filename"), str) or not rule["filename"]:
+                raise ControlError("fault %s needs a filename" % kind)
+        else:
+            rule.setdefault("count", 1)
+            rule.setdefault("path", "/github/api/" if kind == "rate_limit" else "/")
+            if not isinstance(rule["count"], int) or rule["count"] < 0:
+                raise ControlError("count must be a non-negative integer")
+            if kind == "status":
+                if not isinstance(rule.get("status"), int) or not 100 <= rule["status"] <= 599:
+                    raise ControlError("fault status needs an HTTP status (100-599)")
+            if kind == "slow":
+                rule.setdefault("delay", 1.0)
+                if not isinstance(rule["delay"], (int, float)) or rule["delay"] < 0:
+                    raise ControlError("delay must be a non-negative number of seconds")
+        with self.lock:
+            self.faults.append(rule)
+        return rule
+
+    def set_switches(self, body: dict) -> dict:
+        if not isinstance(body, dict):
+            raise ControlError("switches are a JSON object")
+        for key, value in body.items():
+            if key not in SWITCH_DEFAULTS:
+                raise ControlError("unknown switch %r; known: %s" % (key, ", ".join(SWITCH_DEFAULTS)))
+            if not isinstance(value, bool):
+                raise ControlError("switch %s must be true or false" % key)
+        with self.lock:
+            self.switches.update(body)
+            return dict(self.switches)
+
+    def switch(self, name: str) -> bool:
+        with self.lock:
+            return self.switches[name]
+
+    def take(self, path: str, headers) -> list[dict]:
+        """The counted rules that apply to this request, in order (consumed); ``slow`` stacks, the
+        first other kind ends the list."""
+        auth = (headers.get("Authorization") or "").split()
+        authenticated = len(auth) == 2 and auth[0].lower() in ("bearer", "token")
+        taken = []
+        with self.lock:
+            for rule in self.faults:
+                if rule["kind"] in ("tamper", "wrong_digest") or rule["count"] <= 0:
+                    continue
+                if not path.startswith(rule["path"]):
+                    continue
+                if rule["kind"] == "rate_limit" and (authenticated or not path.startswith("/github/api/")):
+                    continue
+                rule["count"] -= 1
+                taken.append(rule)
+                if rule["kind"] != "slow":
+                    break
+        return taken
+
+    def file_rules(self, kind: str) -> set[str]:
+        with self.lock:
+            return {rule["filename"] for rule in self.faults if rule["kind"] == kind}
+
+    def record(self, entry: dict) -> None:
+        with self.lock:
+            self.requests.append(entry)
+
+    def log(self) -> list[dict]:
+        with self.lock:
+            return copy.deepcopy(self.requests)
+
+    def clear_log(self) -> None:
+        with self.lock:
+            self.requests = []
+
+
+class Response:
+    """What a route answers."""
+
+    def __init__(self, status=200, body=b"", content_type="application/json", headers=None):
+        self.status = status
+        self.body = body
+        self.headers = {"Content-Type": content_type}
+        self.headers.update(headers or {})
+
+
+def _json(obj, status=200, content_type="application/json", headers=None) -> Response:
+    return Response(status, (json.dumps(obj, indent=1) + "\n").encode(), content_type, headers)
+
+
+def _not_found(message="Not Found") -> Response:
+    return _json({"message": message}, status=404)
+
+
+class Upstream:
+    """Routing: turns a decoded path into a Response, using the catalogue and the state."""
+
+    def __init__(self, cat: Catalogue, state: State, base_url: str):
+        self.cat = cat
+        self.state = state
+        self.base = base_url
+
+    # -- digests and bytes, with the tamper / wrong_digest faults ------------------------------
+    def sha256(self, record: dict) -> str:
+        if record["filename"] in self.state.file_rules("wrong_digest"):
+            return hashlib.sha256(b"wrong digest for " + record["filename"].encode()).hexdigest()
+        return record["sha256"]
+
+    def file_bytes(self, record: dict) -> bytes:
+        data = record["path"].read_bytes()
+        if record["checksum_file"]:
+            wrong = self.state.file_rules("wrong_digest")
+            lines = []
+            for line in data.decode().splitlines(keepends=True):
+                hexdigest, _, name = line.rstrip("\n").partition("  ")
+                other = self.cat.files.get((record["store"], name))
+                if other is not None and name in wrong:
+                    hexdigest = self.sha256(other)
+                lines.append("%s  %s\n" % (hexdigest, name))
+            data = "".join(lines).encode()
+        if record["filename"] in self.state.file_rules("tamper"):
+            data = tamper(data)
+        return data
+
+    def file_url(self, record: dict) -> str:
+        quoted = urllib.parse.quote(record["filename"])
+        if record["store"] == "pypi":
+            return "%s/files/%s" % (self.base, quoted)
+        if record["store"] == "torch":
+            return "%s/torch/files/%s" % (self.base, quoted)
+        repo, tag = record["store"].split("/", 1)[1].rsplit("/", 1)
+        return "%s/github/download/%s/releases/download/%s/%s" % (self.base, repo, tag, quoted)
+
+    # -- dispatch ---------------------------------------------------------------------------------
+    def route(self, path: str, query: dict, accept: str) -> Response:
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return _json({"service": "llmfleet fake upstream"})
+        head = parts[0]
+        if head == "pypi":
+            return self.pypi_json(parts[1:])
+        if head == "simple":
+            return self.simple(self.cat.pypi, parts[1:], query, accept, upload_times=True)
+        if head == "files" and len(parts) == 2:
+            return self.serve_file(("pypi", parts[1]))
+        if head == "torch":
+            if len(parts) == 3 and parts[1] == "files":
+                return self.serve_file(("torch", parts[2]))
+            if len(parts) >= 2 and parts[1] in self.cat.torch:
+                return self.simple(
+                    self.cat.torch[parts[1]],
+                    parts[2:],
+                    query,
+                    accept,
+                    upload_times=self.state.switch("torch_upload_times"),
+                )
+            return _not_found()
+        if head == "github":
+            if len(parts) >= 2 and parts[1] == "api":
+                return self.github_api(parts[2:])
+            if len(parts) == 8 and parts[1] == "download" and parts[4:6] == ["releases", "download"]:
+                return self.serve_file(("github/%s/%s/%s" % (parts[2], parts[3], parts[6]), parts[7]))
+            return _not_found()
+        return _not_found()
+
+    def serve_file(self, key) -> Response:
+        record = self.cat.files.get(key)
+        if record is None:
+            return _not_found()
+        return Response(200, self.file_bytes(record), _content_type(record["filename"]))
+
+    # -- PyPI JSON --------------------------------------------------------------------------------
+    def _pypi_file(self, record: dict) -> dict:
+        return {
+            "filename": record["filename"],
+            "url": self.file_url(record),
+            "packagetype": _packagetype(record["filename"]),
+            "python_version": _python_version(record["filename"]),
+            "requires_python": record["requires_python"],
+            "size": record["size"],
+            "upload_time": record["upload_time"][:-1] if record["upload_time"] else None,
+            "upload_time_iso_8601": _iso(record["upload_time"]),
+            "digests": {
+                "sha256": self.sha256(record),
+                "md5": record["md5"],
+                "blake2b_256": record["blake2b_256"],
+            },
+            "yanked": record["yanked_reason"] is not None,
+            "yanked_reason": record["yanked_reason"],
+        }
+
+    def _pypi_info(self, release: dict) -> dict:
+        row = release["row"]
+        return {
+            "name": row["project"],
+            "version": release["version"],
+            "summary": "Fake %s for the llmfleet.engines tests" % row["project"],
+            "requires_dist": list(row.get("requires", ())) or None,
+            "requires_python": catalog.REQUIRES_PYTHON[row["project"]],
+            "yanked": release["yanked_reason"] is not None,
+            "yanked_reason": release["yanked_reason"],
+            "project_url": "%s/project/%s/" % (self.base, row["project"]),
+            "package_url": "%s/project/%s/" % (self.base, row["project"]),
+        }
+
+    def pypi_json(self, parts: list[str]) -> Response:
+        if len(parts) not in (2, 3) or parts[-1] != "json":
+            return _not_found()
+        releases = self.cat.pypi.get(normalize(parts[0]))
+        if not releases:
+            return _not_found()
+        if len(parts) == 3:
+            if self.state.switch("release_json_404"):
+                return _not_found()
+            match = [r for r in releases if r["version"] == parts[1]]
+            if not match:
+                return _not_found()
+            release = match[0]
+            return _json(
+                {
+                    "info": self._pypi_info(release),
+                    "urls": [self._pypi_file(f) for f in release["files"]],
+                    "last_serial": 1,
+                    "vulnerabilities": [],
+                }
+            )
+        latest = [r for r in releases if r["yanked_reason"] is None] or releases
+        return _json(
+            {
+                "info": self._pypi_info(latest[-1]),
+                "releases": {r["version"]: [self._pypi_file(f) for f in r["files"]] for r in releases},
+                "urls": [self._pypi_file(f) for f in latest[-1]["files"]],
+                "last_serial": 1,
+                "vulnerabilities": [],
+            }
+        )
+
+    # -- simple index (PEP 503 / 691 / 700) -------------------------------------------------------
+    def simple(self, index: dict, parts: list[str], query: dict, accept: str, upload_times: bool) -> Response:
+        fmt = (query.get("format") or [""])[0] or accept
+        want_json = SIMPLE_JSON in fmt
+        if not parts:
+            names = sorted(index)
+            if want_json:
+                return _json(
+                    {"meta": {"api-version": "1.1", "_last-serial": 1}, "projects": [{"name": n} for n in names]},
+                    content_type=SIMPLE_JSON,
+                )
+            links = "".join('<a href="%s/">%s</a>\n' % (n, n) for n in names)
+            return Response(200, self._html("Simple index", links), SIMPLE_HTML if SIMPLE_HTML in fmt else "text/html")
+        if len(parts) != 1 or normalize(parts[0]) not in index:
+            return _not_found()
+        name = normalize(parts[0])
+        releases = index[name]
+        files = [f for r in releases for f in r["files"]]
+        if want_json:
+            out = []
+            for record in files:
+                item = {
+                    "filename": record["filename"],
+                    "url": self.file_url(record),
+                    "hashes": {"sha256": self.sha256(record)},
+                    "requires-python": record["requires_python"],
+                    "size": record["size"],
+                    "yanked": record["yanked_reason"] if record["yanked_reason"] is not None else False,
+                }
+                if upload_times and record["upload_time"]:
+                    item["upload-time"] = _iso(record["upload_time"])
+                out.append(item)
+            return _json(
+                {
+                    "meta": {"api-version": "1.1", "_last-serial": 1},
+                    "name": name,
+                    "versions": [r["version"] for r in releases],
+                    "files": out,
+                },
+                content_type=SIMPLE_JSON,
+            )
+        links = []
+        for record in files:
+            attrs = ' data-requires-python="%s"' % html.escape(record["requires_python"])
+            if record["yanked_reason"] is not None:
+                attrs += ' data-yanked="%s"' % html.escape(record["yanked_reason"])
+            links.append(
+                '<a href="%s#sha256=%s"%s>%s</a><br/>\n'
+                % (html.escape(self.file_url(record)), self.sha256(record), attrs, html.escape(record["filename"]))
+            )
+        return Response(
+            200, self._html("Links for %s" % name, "".join(links)), SIMPLE_HTML if SIMPLE_HTML in fmt else "text/html"
+        )
+
+    @staticmethod
+    def _html(title: str, body: str) -> bytes:
+        return (
+            '<!DOCTYPE html>\n<html>\n<head>\n<meta name="pypi:repository-version" content="1.1">\n'
+            "<title>%s</title>\n</head>\n<body>\n<h1>%s</h1>\n%s</body>\n</html>\n" % (title, title, body)
+        ).encode()
+
+    # -- GitHub -----------------------------------------------------------------------------------
+    def _asset(self, repo: str, release: dict, record: dict) -> dict:
+        api = "%s/github/api/repos/%s" % (self.base, repo)
+        stamp = record["upload_time"]
+        digest = "sha256:" + self.sha256(record) if release["row"].get("digests") else None
+        return {
+            "url": "%s/releases/assets/%d" % (api, record["asset_id"]),
+            "id": record["asset_id"],
+            "node_id": "RA_fake%d" % record["asset_id"],
+            "name": record["filename"],
+            "label": "",
+            "uploader": {"login": "github-actions[bot]", "type": "Bot"},
+            "content_type": _content_type(record["filename"]),
+            "state": "uploaded",
+            "size": record["size"],
+            "digest": digest,
+            "download_count": 0,
+            "created_at": stamp,
+            "updated_at": stamp,
+            "browser_download_url": self.file_url(record),
+        }
+
+    def _release(self, repo: str, tag: str, release: dict) -> dict:
+        api = "%s/github/api/repos/%s" % (self.base, repo)
+        stamp = release["files"][0]["upload_time"]
+        return {
+            "url": "%s/releases/%d" % (api, release["id"]),
+            "assets_url": "%s/releases/%d/assets" % (api, release["id"]),
+            "html_url": "%s/github/download/%s/releases/tag/%s" % (self.base, repo, tag),
+            "id": release["id"],
+            "node_id": "RE_fake%d" % release["id"],
+            "tag_name": tag,
+            "target_commitish": "main",
+            "name": "vLLM %s" % tag,
+            "draft": False,
+            "prerelease": False,
+            "immutable": False,
+            "created_at": stamp,
+            "published_at": stamp,
+            "author": {"login": "github-actions[bot]", "type": "Bot"},
+            "assets": [self._asset(repo, release, f) for f in release["files"]],
+            "tarball_url": "%s/tarball/%s" % (api, tag),
+            "zipball_url": "%s/zipball/%s" % (api, tag),
+            "body": "Fake release %s for the llmfleet.engines tests." % tag,
+        }
+
+    def github_api(self, parts: list[str]) -> Response:
+        gh404 = _json({"message": "Not Found", "documentation_url": GITHUB_404_DOC, "status": "404"}, 404)
+        if len(parts) < 4 or parts[0] != "repos" or parts[3] != "releases":
+            return gh404
+        repo = "%s/%s" % (parts[1], parts[2])
+        releases = self.cat.github.get(repo)
+        if releases is None:
+            return gh404
+        rest = parts[4:]
+        if len(rest) == 2 and rest[0] == "tags" and rest[1] in releases:
+            return _json(self._release(repo, rest[1], releases[rest[1]]))
+        if not rest:
+            ordered = sorted(releases.items(), key=lambda kv: _version_key(kv[0][1:]), reverse=True)
+            return _json([self._release(repo, tag, rel) for tag, rel in ordered])
+        if rest == ["latest"]:
+            tag, rel = max(releases.items(), key=lambda kv: _version_key(kv[0][1:]))
+            return _json(self._release(repo, tag, rel))
+        return gh404
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "llmfleet-fake-upstream/1.0"
+    server: "_Server"
+
+    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+        """Silent: the request log is at /_control/log."""
+
+    def do_GET(self):  # noqa: N802
+        self._handle(send_body=True)
+
+    def do_HEAD(self):  # noqa: N802
+        self._handle(send_body=False)
+
+    def do_POST(self):  # noqa: N802
+        self._handle(send_body=True)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send(self, response: Response, send_body: bool, truncate: bool = False) -> None:
+        self.send_response(response.status)
+        for key, value in response.headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(response.body)))
+        if truncate:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if send_body:
+            self.wfile.write(response.body[: len(response.body) // 2] if truncate else response.body)
+        self.wfile.flush()
+
+    def _handle(self, send_body: bool) -> None:
+        owner = self.server.owner
+        split = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.unquote(split.path)
+        query = urllib.parse.parse_qs(split.query)
+        body = self._read_body()
+        if path.startswith("/_control/"):
+            self._send(owner.control(self.command, path, body), send_body)
+            return
+        started = time.time()
+        rules = owner.state.take(path, self.headers)
+        truncate = False
+        response = None
+        for rule in rules:
+            if rule["kind"] == "slow":
+                time.sleep(float(rule["delay"]))
+            elif rule["kind"] == "status":
+                response = _json({"message": "Fake upstream fault: status %d" % rule["status"]}, rule["status"])
+            elif rule["kind"] == "rate_limit":
+                response = _json(
+                    {"message": RATE_LIMIT_MESSAGE, "documentation_url": RATE_LIMIT_DOC},
+                    403,
+                    headers={
+                        "X-RateLimit-Limit": "60",
+                        "X-RateLimit-Remaining": "0",
+                        "X-RateLimit-Reset": str(int(time.time()) + 3600),
+                        "X-RateLimit-Used": "60",
+                        "X-RateLimit-Resource": "core",
+                    },
+                )
+            elif rule["kind"] == "invalid_json":
+                response = Response(200, INVALID_JSON_BODY, "application/json")
+            elif rule["kind"] == "truncate":
+                truncate = True
+        if response is None:
+            if self.command == "POST":
+                response = _json({"message": "Method Not Allowed"}, 405)
+            else:
+                try:
+                    response = owner.upstream.route(path, query, self.headers.get("Accept") or "")
+                except Exception as exc:  # pylint: disable=broad-except
+                    response = _json({"message": "fake upstream bug: %r" % exc}, 500)
+        owner.state.record(
+            {
+                "method": self.command,
+                "path": path,
+                "raw_path": split.path,
+                "query": split.query,
+                "status": response.status,
+                "headers": dict(self.headers.items()),
+                "time": started,
+                "fault": rules[-1]["kind"] if rules else None,
+            }
+        )
+        try:
+            self._send(response, send_body, truncate=truncate)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: "FakeUpstream"
+
+
+class FakeUpstream:
+    """The fake upstream, started in a background thread (see docs/dev/CONTRACTS.md)."""
+
+    def __init__(self, packages, host: str = "127.0.0.1", port: int = 0):
+        self.packages = pathlib.Path(packages)
+        self.catalogue = Catalogue(self.packages)
+        self.state = State()
+        self._host = host
+        self._port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.upstream: Upstream | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def start(self) -> "FakeUpstream":
+        if self._server is not None:
+            return self
+        server = _Server((self._host, self._port), _Handler)
+        server.owner = self
+        self._server = server
+        self.upstream = Upstream(self.catalogue, self.state, self.url)
+        self._thread = threading.Thread(target=server.serve_forever, name="fake-upstream", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("fake upstream is not started")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return "http://%s:%d" % (self._host, self.port)
+
+    # -- control (the same as the /_control endpoints) --------------------------------------------
+    def fault(self, kind: str, **kw) -> dict:
+        return self.state.add_fault(dict(kw, kind=kind))
+
+    def switch(self, **kw) -> dict:
+        return self.state.set_switches(kw)
+
+    def log(self) -> list[dict]:
+        return self.state.log()
+
+    def clear_log(self) -> None:
+        self.state.clear_log()
+
+    def reset(self) -> None:
+        self.state.reset()
+
+    def catalog(self) -> dict:
+        return self.catalogue.as_json()
+
+    def control(self, method: str, path: str, body: bytes) -> Response:
+        """Answer a /_control/ request (never logged, never faulted)."""
+        action = path[len("/_control/") :].strip("/")
+        try:
+            if method == "GET" and action == "log":
+                return _json({"requests": self.log()})
+            if method == "GET" and action == "catalog":
+                return _json(self.catalog())
+            if method == "GET" and action == "state":
+                with self.state.lock:
+                    return _json({"faults": copy.deepcopy(self.state.faults), "switches": dict(self.state.switches)})
+            if method == "POST" and action in ("fault", "switch"):
+                try:
+                    payload = json.loads(body.decode() or "{}")
+                except ValueError as exc:
+                    raise ControlError("body is not JSON: %s" % exc) from None
+                if action == "fault":
+                    return _json({"fault": self.state.add_fault(payload)})
+                return _json({"switches": self.state.set_switches(payload)})
+            if method == "POST" and action == "clear_log":
+                self.clear_log()
+                return _json({"ok": True})
+            if method == "POST" and action == "reset":
+                self.reset()
+                return _json({"ok": True})
+        except ControlError as exc:
+            return _json({"message": str(exc)}, 400)
+        return _json({"message": "no control endpoint %s %s" % (method, path)}, 404)

@@ -1,0 +1,354 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: uv_engine_env
+short_description: An inference engine's Python environment, built by uv, pinned by hashes, proven before use
+version_added: 0.1.0
+description:
+  - Builds a Python virtual environment for an engine (vLLM) with uv, beside the live one in C(<path>.partial),
+    and renames it into place only after it is proven.
+  - The dependencies are resolved as the index stood at O(exclude_newer) (C(uv pip compile --generate-hashes)),
+    written to a lock file kept in the environment, and installed with C(--require-hashes): a file that differs
+    from what its publisher gave is refused.
+  - The engine comes from the index (C(<engine>==<version>)) or from a wheel URL pinned by its sha256 (O(wheel)),
+    for example a GitHub release asset.
+  - The new environment must import the engine at the wanted version (or pass O(verify_command)) and, when
+    O(gpu_check) is set and the node has an NVIDIA driver, compute on the GPU, before it is switched in.
+  - A marker C(.llmfleet-engine.json) in the environment records the spec it was built for and the lock's sha256.
+    When it matches the wanted spec and the environment is intact, nothing runs but C(uv --version) and nothing
+    is downloaded.
+  - Any failure removes the partial environment, keeps the uv cache, and leaves an existing environment as it was.
+  - Concurrent runs on one O(path) are serialised by an C(flock) on C(<path>.lock). While it builds, the current
+    step is written to C(<path>.progress.json).
+author:
+  - llmfleet maintainers
+attributes:
+  check_mode:
+    support: full
+    description: Reads the marker and the lock only; reports what would be built and why, and writes nothing.
+  diff_mode:
+    support: full
+    description: The marker before and after.
+  platform:
+    platforms: posix
+    description: Needs C(fcntl.flock) and uv; Linux is what is tested.
+options:
+  path:
+    description:
+      - Directory of the environment. C(<path>.partial), C(<path>.old), C(<path>.lock) and
+        C(<path>.progress.json) are used beside it.
+    type: path
+    required: true
+  state:
+    description:
+      - V(present) builds the environment unless it is up to date; V(absent) removes it and any partial one.
+    type: str
+    choices: [present, absent]
+    default: present
+  engine:
+    description:
+      - Project name of the engine on the index, for example V(vllm). Required with O(state=present).
+    type: str
+  version:
+    description:
+      - The engine's version. Without O(wheel), C(<engine>==<version>) is resolved from the index.
+      - The locked and the imported version must equal it; a local label such as C(+cu129) is allowed on them
+        when O(version) has none.
+    type: str
+  build:
+    description:
+      - Name of the build (for example V(cu13), V(cu129)); recorded in the marker and the lock's header.
+    type: str
+  requirements:
+    description:
+      - More requirement lines resolved together with the engine.
+    type: list
+    elements: str
+    default: []
+  wheel:
+    description:
+      - The engine from a wheel URL instead of the index, pinned by its published sha256; it is resolved as
+        C(<engine> @ <url>#sha256=<hex>).
+    type: dict
+    suboptions:
+      url:
+        description: The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
+        type: str
+        required: true
+      sha256:
+        description: The wheel's sha256, 64 hex digits, optionally prefixed C(sha256:) as GitHub gives it.
+        type: str
+        required: true
+  expect:
+    description:
+      - What the lock must hold before anything is installed, C({name: value}). A value starting with C(+) is
+        the local version label the locked package must carry (C({torch: "+cu129"})); any other value is the
+        exact version.
+      - Guards against a package silently resolved from the wrong index (for example PyPI's torch instead of
+        the extra index's CUDA build).
+    type: dict
+  index_url:
+    description: Base index (PEP 503/691 simple API). Default is uv's, PyPI.
+    type: str
+  extra_index_url:
+    description: Extra indexes, for example a PyTorch index for a CUDA build of torch.
+    type: list
+    elements: str
+    default: []
+  index_strategy:
+    description: How uv chooses between indexes (C(--index-strategy)). Default is uv's, V(first-index).
+    type: str
+    choices: [first-index, unsafe-first-match, unsafe-best-match]
+  exclude_newer:
+    description:
+      - Resolve as the indexes stood at this time (RFC 3339, for example V(2025-10-03T20:10:00Z)), usually the
+        engine's publication plus a day. Required with O(state=present).
+      - Files whose index gives no upload time are left out too; see O(exclude_newer_package).
+    type: str
+  exclude_newer_package:
+    description:
+      - Per-package cut-offs, C({name: timestamp}) or C({name: false}) to lift the cut-off for a package whose
+        index publishes no upload times (C(--exclude-newer-package)).
+    type: dict
+  python:
+    description: The Python for the environment, a version request (V(3.12)) or an interpreter path.
+    type: str
+    default: "3.12"
+  python_preference:
+    description:
+      - C(UV_PYTHON_PREFERENCE). V(only-managed) uses only interpreters uv installs (downloaded from
+        O(python_install_mirror) or GitHub); V(only-system) only those already on the node.
+    type: str
+    choices: [only-managed, managed, system, only-system]
+    default: only-managed
+  python_install_dir:
+    description: Where uv keeps managed interpreters (C(UV_PYTHON_INSTALL_DIR)). Default C(<parent of path>/.uv-python).
+    type: path
+  python_install_mirror:
+    description: Mirror of uv's Python downloads (C(UV_PYTHON_INSTALL_MIRROR)); C(file://) allowed.
+    type: str
+  uv:
+    description: The uv binary. Default is C(uv) on the E(PATH).
+    type: path
+  import_name:
+    description: The engine's import name for the default verification. Default is O(engine) with C(-) as C(_).
+    type: str
+  verify_command:
+    description:
+      - Instead of importing the engine, run this argv in the new environment; it must exit 0.
+      - A bare program name found in the environment's C(bin/) is taken from there.
+    type: list
+    elements: str
+  env:
+    description: More environment variables for the verification and the GPU check.
+    type: dict
+  gpu_check:
+    description:
+      - Run the GPU compute check in the new environment before switching it in. Skipped, and recorded as
+        skipped with the reason, on a node without an NVIDIA driver.
+    type: bool
+    default: true
+  nvidia_smi:
+    description: The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
+    type: path
+  free_gb:
+    description:
+      - Free space (GB) needed under the parent of O(path) before anything is downloaded; V(0) checks nothing.
+    type: float
+    default: 0
+  timeout:
+    description: Seconds the whole build may take; a uv command still running then is stopped.
+    type: int
+    default: 3600
+  lock_timeout:
+    description: Seconds to wait for another run holding C(<path>.lock) (an install of the same path).
+    type: int
+    default: 3600
+  cache_dir:
+    description: uv's cache (C(UV_CACHE_DIR)). Default C(<parent of path>/.uv-cache).
+    type: path
+  keep_cache:
+    description: Keep the uv cache after a successful build. It is always kept after a failure.
+    type: bool
+    default: false
+  force:
+    description: Build again even when the environment is up to date.
+    type: bool
+    default: false
+notes:
+  - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
+    O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
+    version; a change to any of them builds the environment again.
+  - Debris of an interrupted run (C(<path>.partial), C(<path>.old)) is cleared, or put back, by the next run.
+"""
+
+EXAMPLES = r"""
+- name: Install vLLM 0.11.0 from PyPI as it stood a day after its release
+  llmfleet.engines.uv_engine_env:
+    path: /opt/llmfleet/engines/vllm/0.11.0-cu128
+    engine: vllm
+    version: "0.11.0"
+    build: cu128
+    exclude_newer: "2025-10-03T20:10:00Z"
+    python: "3.12"
+    uv: /opt/llmfleet/uv/0.13.8/uv
+    free_gb: 20
+
+- name: Install the CUDA 12.9 build of vLLM 0.20.0 from its GitHub release, with torch from PyTorch's cu129 index
+  llmfleet.engines.uv_engine_env:
+    path: /opt/llmfleet/engines/vllm/0.20.0-cu129
+    engine: vllm
+    version: "0.20.0"
+    build: cu129
+    wheel:
+      url: https://github.com/vllm-project/vllm/releases/download/v0.20.0/vllm-0.20.0%2Bcu129-cp38-abi3-manylinux_2_28_x86_64.whl
+      sha256: "{{ vllm_digest.sha256 }}"
+    extra_index_url:
+      - https://download.pytorch.org/whl/cu129
+    index_strategy: unsafe-best-match
+    expect:
+      torch: "+cu129"
+    exclude_newer: "2026-06-11T12:00:00Z"
+    exclude_newer_package:
+      torch: false
+
+- name: Remove an old environment
+  llmfleet.engines.uv_engine_env:
+    path: /opt/llmfleet/engines/vllm/0.11.0-cu128
+    state: absent
+"""
+
+RETURN = r"""
+path:
+  description: The environment's directory.
+  returned: always
+  type: str
+marker:
+  description:
+    - The environment's marker (the one written, the one found when up to date, or in check mode the one found).
+    - C(spec) (what the environment was built for), C(lock) (file, sha256, number of packages),
+      C(installed_at), C(verified), C(gpu).
+  returned: always
+  type: dict
+lock:
+  description: The lock file kept in the environment; null when there is none.
+  returned: always
+  type: dict
+  contains:
+    path:
+      description: Its path.
+      type: str
+    sha256:
+      description: Its sha256.
+      type: str
+    packages:
+      description: Every locked package, name to version.
+      type: dict
+steps:
+  description: The steps run, each C({name, seconds}) (check, prepare, venv, resolve, install, verify, gpu, marker, switch).
+  returned: always
+  type: list
+  elements: dict
+gpu:
+  description: The GPU check's result, or C({skipped, reason}).
+  returned: always
+  type: dict
+reasons:
+  description: Why the environment was (or would be) built.
+  returned: when it was or would be built
+  type: list
+  elements: str
+removed:
+  description: Paths removed with O(state=absent).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+failed_step:
+  description: The step that failed.
+  returned: on failure during a build
+  type: str
+uv_output:
+  description: The last lines of the failed uv command's output.
+  returned: when a uv command failed
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import (
+    EngineEnv,
+    ModuleRunner,
+    UvEnvError,
+    scrub_environ,
+)
+
+
+def argument_spec():
+    return dict(
+        path=dict(type="path", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        engine=dict(type="str"),
+        version=dict(type="str"),
+        build=dict(type="str"),
+        requirements=dict(type="list", elements="str", default=[]),
+        wheel=dict(type="dict", options=dict(url=dict(type="str", required=True),
+                                             sha256=dict(type="str", required=True))),
+        expect=dict(type="dict"),
+        index_url=dict(type="str"),
+        extra_index_url=dict(type="list", elements="str", default=[]),
+        index_strategy=dict(type="str", choices=["first-index", "unsafe-first-match", "unsafe-best-match"]),
+        exclude_newer=dict(type="str"),
+        exclude_newer_package=dict(type="dict"),
+        python=dict(type="str", default="3.12"),
+        python_preference=dict(type="str", choices=["only-managed", "managed", "system", "only-system"],
+                               default="only-managed"),
+        python_install_dir=dict(type="path"),
+        python_install_mirror=dict(type="str"),
+        uv=dict(type="path"),
+        import_name=dict(type="str"),
+        verify_command=dict(type="list", elements="str"),
+        env=dict(type="dict"),
+        gpu_check=dict(type="bool", default=True),
+        nvidia_smi=dict(type="path"),
+        free_gb=dict(type="float", default=0),
+        timeout=dict(type="int", default=3600),
+        lock_timeout=dict(type="int", default=3600),
+        cache_dir=dict(type="path"),
+        keep_cache=dict(type="bool", default=False),
+        force=dict(type="bool", default=False),
+    )
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=argument_spec(),
+        required_if=[("state", "present", ("engine", "version", "exclude_newer"))],
+        supports_check_mode=True,
+    )
+    params = module.params
+    scrub_environ()
+    uv = params["uv"]
+    if params["state"] == "present" and not uv:
+        uv = module.get_bin_path("uv", required=True)
+    flow = EngineEnv(params, lambda keep_fds: ModuleRunner(module, keep_fds), uv,
+                     check_mode=module.check_mode)
+    try:
+        if params["state"] == "present":
+            result = flow.present(diff=module._diff)
+        else:
+            result = flow.absent(diff=module._diff)
+    except UvEnvError as exc:
+        module.fail_json(msg=exc.msg, path=flow.path, steps=flow.steps, **exc.details)
+    if result.get("diff") is None:
+        result.pop("diff", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

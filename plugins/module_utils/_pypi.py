@@ -1,0 +1,465 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+When a release reached a PyPI-compatible index, and its files with their sha256.
+
+Three endpoints are asked in turn, because PyPI and its mirrors do not all answer every one:
+the release JSON (``/pypi/<project>/<version>/json``), the project JSON
+(``/pypi/<project>/json``, ``releases[<version>]``) and the PEP 691 simple JSON
+(``/simple/<project>/`` with PEP 700 upload times), whose files are picked by the version in
+their file names. Only a 404 moves on to the next endpoint; anything else is an answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import re
+
+from urllib.parse import quote, urljoin
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+    InvalidJsonError,
+    NotFoundError,
+)
+
+# The one place the public index is named: every other URL comes from the caller.
+DEFAULT_INDEX_URL = "https://pypi.org"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+
+SOURCE_RELEASE = "release_json"
+SOURCE_PROJECT = "project_json"
+SOURCE_SIMPLE = "simple_json"
+
+
+class PypiError(Exception):
+    """Base class: the look-up gave no usable answer. ``details`` go into the module result."""
+
+    def __init__(self, msg, **details):
+        super().__init__(msg)
+        self.msg = msg
+        self.details = details
+
+
+class ProjectNotFoundError(PypiError):
+    """The index has no such project."""
+
+
+class VersionNotFoundError(PypiError):
+    """The project has no such version."""
+
+
+class NoFilesError(PypiError):
+    """The release exists but lists no files."""
+
+
+class NoUploadTimeError(PypiError):
+    """The index gives no upload time for the release's files."""
+
+
+class UnexpectedAnswerError(PypiError):
+    """An answer that is JSON but not shaped like the endpoint's documented answer."""
+
+
+# -- names and versions ----------------------------------------------------------------------
+def normalize_name(name):
+    """PEP 503 normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?:(?P<epoch>[0-9]+)!)?
+    (?P<release>[0-9]+(?:\.[0-9]+)*)
+    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
+    (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE = {"alpha": "a", "a": "a", "beta": "b", "b": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
+
+
+def _parse_version(text):
+    match = _VERSION_RE.match(text or "")
+    if not match:
+        return None
+    g = match.groupdict()
+    release = tuple(int(p) for p in g["release"].split("."))
+    pre = None
+    if g["pre_l"]:
+        pre = (_PRE[g["pre_l"].lower()], int(g["pre_n"] or 0))
+    post = None
+    if g["post_n1"] is not None or g["post_l"]:
+        post = int(g["post_n1"] or g["post_n2"] or 0)
+    dev = int(g["dev_n"] or 0) if g["dev_l"] else None
+    local = re.sub(r"[-_]", ".", g["local"].lower()) if g["local"] else None
+    return int(g["epoch"] or 0), release, pre, post, dev, local
+
+
+def canonical_version(text):
+    """PEP 440 normal form of ``text`` (``1.0.0`` and ``1.0`` stay distinct); the text itself if
+    it is not a PEP 440 version."""
+    parsed = _parse_version(text)
+    if parsed is None:
+        return (text or "").strip().lower()
+    epoch, release, pre, post, dev, local = parsed
+    out = "%d!" % epoch if epoch else ""
+    out += ".".join(str(p) for p in release)
+    if pre:
+        out += "%s%d" % pre
+    if post is not None:
+        out += ".post%d" % post
+    if dev is not None:
+        out += ".dev%d" % dev
+    if local:
+        out += "+" + local
+    return out
+
+
+def version_key(text):
+    """A sort key ordering versions as PEP 440 does (close enough for listing neighbours);
+    text that is not a version sorts first."""
+    parsed = _parse_version(text)
+    if parsed is None:
+        return (-1, (), (), (), (), text or "")
+    epoch, release, pre, post, dev, local = parsed
+    trimmed = list(release)
+    while len(trimmed) > 1 and trimmed[-1] == 0:
+        trimmed.pop()
+    if pre is None and post is None and dev is not None:
+        pre_key = ("", -1)  # 1.0.dev0 < 1.0a0
+    elif pre is None:
+        pre_key = ("z", 0)  # a final release sorts after its pre-releases
+    else:
+        pre_key = pre
+    post_key = -1 if post is None else post
+    dev_key = float("inf") if dev is None else dev
+    return (epoch, tuple(trimmed), pre_key, post_key, dev_key, local or "")
+
+
+def is_prerelease(text):
+    parsed = _parse_version(text)
+    return bool(parsed and (parsed[2] is not None or parsed[4] is not None))
+
+
+def nearest_versions(asked, available, count=6):
+    """The versions that sort next to ``asked`` (up to ``count``), in version order."""
+    ordered = sorted(set(available), key=version_key)
+    if not ordered:
+        return []
+    keys = [version_key(v) for v in ordered]
+    pos = bisect.bisect_left(keys, version_key(asked))
+    half = count // 2
+    lo = max(0, pos - half)
+    hi = min(len(ordered), lo + count)
+    lo = max(0, hi - count)
+    return ordered[lo:hi]
+
+
+def latest_versions(available, count=3):
+    """The newest final releases (pre-releases when there are no finals), newest first."""
+    ordered = sorted(set(available), key=version_key, reverse=True)
+    finals = [v for v in ordered if not is_prerelease(v)]
+    return (finals or ordered)[:count]
+
+
+_SDIST_EXTS = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz", ".tar", ".zip")
+
+
+def parse_filename(filename, project):
+    """``(version, packagetype)`` of a distribution file of ``project``, or ``None``.
+
+    Wheels: ``{name}-{version}(-{build})?-{python}-{abi}-{platform}.whl``. Source archives:
+    ``{name}-{version}.tar.gz`` (and the other archive suffixes), where a legacy name may hold
+    dashes: the split is the one whose left part normalises to the project's name.
+    """
+    want = normalize_name(project)
+    lower = filename.lower()
+    if lower.endswith(".whl"):
+        parts = filename[:-4].split("-")
+        if len(parts) not in (5, 6) or normalize_name(parts[0]) != want:
+            return None
+        return parts[1], "bdist_wheel"
+    if lower.endswith(".egg"):
+        stem, kind = filename[:-4], "bdist_egg"
+    else:
+        stem = None
+        for ext in _SDIST_EXTS:
+            if lower.endswith(ext):
+                stem = filename[: -len(ext)]
+                break
+        if stem is None:
+            return None
+        kind = "sdist"
+    for match in re.finditer("-", stem):
+        name, rest = stem[: match.start()], stem[match.end():]
+        if normalize_name(name) == want and rest:
+            if kind == "bdist_egg":
+                rest = rest.split("-")[0]
+            return rest, kind
+    return None
+
+
+# -- times -------------------------------------------------------------------------------------
+_TIME_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?$",
+    re.IGNORECASE,
+)
+
+
+def parse_time(text):
+    """An aware UTC datetime from an ISO 8601 / RFC 3339 stamp (no zone means UTC, as PyPI's
+    ``upload_time``), or ``None``."""
+    if not isinstance(text, str):
+        return None
+    match = _TIME_RE.match(text.strip())
+    if not match:
+        return None
+    year, month, day, hour, minute, second, frac, zone = match.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    stamp = datetime.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                              micro, tzinfo=datetime.timezone.utc)
+    if zone and zone.upper() != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        offset = datetime.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        stamp -= sign * offset
+    return stamp
+
+
+def format_time(stamp):
+    """RFC 3339 in UTC with a ``Z``; microseconds only when there are some."""
+    stamp = stamp.astimezone(datetime.timezone.utc)
+    text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+    if stamp.microsecond:
+        text += ".%06d" % stamp.microsecond
+    return text + "Z"
+
+
+# -- the look-up --------------------------------------------------------------------------------
+def _as_int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _file_from_json_api(entry, base_url, project):
+    """A file of the release or project JSON, in this module's shape."""
+    filename = entry.get("filename") or ""
+    parsed = parse_filename(filename, project)
+    digests = entry.get("digests") or {}
+    stamp = parse_time(entry.get("upload_time_iso_8601")) or parse_time(entry.get("upload_time"))
+    return {
+        "filename": filename,
+        "url": urljoin(base_url, entry.get("url") or ""),
+        "sha256": (digests.get("sha256") or None),
+        "size": _as_int(entry.get("size")),
+        "packagetype": entry.get("packagetype") or (parsed[1] if parsed else None),
+        "upload_time": format_time(stamp) if stamp else None,
+        "yanked": bool(entry.get("yanked")),
+        "_yanked_reason": entry.get("yanked_reason"),
+        "_stamp": stamp,
+    }
+
+
+def _file_from_simple(entry, base_url, packagetype):
+    yanked = entry.get("yanked", False)
+    stamp = parse_time(entry.get("upload-time"))
+    hashes = entry.get("hashes") or {}
+    return {
+        "filename": entry.get("filename") or "",
+        "url": urljoin(base_url, entry.get("url") or ""),
+        "sha256": hashes.get("sha256") or None,
+        "size": _as_int(entry.get("size")),
+        "packagetype": packagetype,
+        "upload_time": format_time(stamp) if stamp else None,
+        "yanked": bool(yanked),
+        "_yanked_reason": yanked if isinstance(yanked, str) else None,
+        "_stamp": stamp,
+    }
+
+
+class Lookup(object):
+    """One question: when was ``project`` ``version`` published on the index?"""
+
+    def __init__(self, client, project, version, index_url=None, simple_url=None):
+        self.client = client
+        self.project = project
+        self.version = version
+        self.index_url = (index_url or DEFAULT_INDEX_URL).rstrip("/")
+        self.simple_url = (simple_url or self.index_url + "/simple").rstrip("/")
+        self.tried = []  # (source, url, outcome) in order
+
+    # URLs
+    def release_json_url(self):
+        return "%s/pypi/%s/%s/json" % (self.index_url, quote(self.project, safe=""),
+                                       quote(self.version, safe=""))
+
+    def project_json_url(self):
+        return "%s/pypi/%s/json" % (self.index_url, quote(self.project, safe=""))
+
+    def simple_json_url(self):
+        return "%s/%s/" % (self.simple_url, quote(normalize_name(self.project), safe=""))
+
+    def _what(self):
+        return "%s %s" % (self.project, self.version)
+
+    def _missing_version(self, url, available, source):
+        nearest = nearest_versions(self.version, available)
+        latest = latest_versions(available)
+        if available:
+            hint = "versions near it: %s; most recent: %s" % (", ".join(nearest), ", ".join(latest))
+        else:
+            hint = "the project lists no versions at all"
+        return VersionNotFoundError(
+            "%s has no version %s (asked %s): %s. Check the version, or the index if it is a "
+            "mirror that has not caught up" % (self.project, self.version, url, hint),
+            nearest_versions=nearest,
+            latest_versions=latest,
+            source=source,
+        )
+
+    def _match_version(self, keys):
+        """The key of ``keys`` that is the asked version (exactly, else by PEP 440 normal form)."""
+        if self.version in keys:
+            return self.version
+        want = canonical_version(self.version)
+        for key in keys:
+            if canonical_version(key) == want:
+                return key
+        return None
+
+    # endpoints
+    def _release_json(self):
+        url = self.release_json_url()
+        try:
+            data, resp = self.client.get_json(url)
+        except NotFoundError:
+            self.tried.append((SOURCE_RELEASE, url, "404"))
+            return None
+        self.tried.append((SOURCE_RELEASE, url, "200"))
+        if not isinstance(data, dict) or not isinstance(data.get("urls"), list):
+            raise UnexpectedAnswerError(
+                "%s answered JSON without a 'urls' list: is index_url a PyPI-compatible index?" % url,
+                source=SOURCE_RELEASE)
+        info = data.get("info") or {}
+        files = [_file_from_json_api(e, resp.url, self.project) for e in data["urls"] if isinstance(e, dict)]
+        yanked = bool(info.get("yanked")) if "yanked" in info else None
+        return {"source": SOURCE_RELEASE, "url": url, "files": files, "yanked": yanked,
+                "yanked_reason": info.get("yanked_reason")}
+
+    def _project_json(self):
+        url = self.project_json_url()
+        try:
+            data, resp = self.client.get_json(url)
+        except NotFoundError:
+            self.tried.append((SOURCE_PROJECT, url, "404"))
+            return None
+        self.tried.append((SOURCE_PROJECT, url, "200"))
+        if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
+            raise UnexpectedAnswerError(
+                "%s answered JSON without a 'releases' mapping: is index_url a PyPI-compatible "
+                "index?" % url, source=SOURCE_PROJECT)
+        releases = data["releases"]
+        key = self._match_version(list(releases))
+        if key is None:
+            raise self._missing_version(url, list(releases), SOURCE_PROJECT)
+        entries = releases.get(key) or []
+        files = [_file_from_json_api(e, resp.url, self.project) for e in entries if isinstance(e, dict)]
+        return {"source": SOURCE_PROJECT, "url": url, "files": files, "yanked": None,
+                "yanked_reason": None}
+
+    def _simple_json(self):
+        url = self.simple_json_url()
+        try:
+            data, resp = self.client.get_json(url, accept=SIMPLE_JSON)
+        except InvalidJsonError as exc:
+            if exc.content_type in ("text/html", "application/vnd.pypi.simple.v1+html"):
+                raise UnexpectedAnswerError(
+                    "%s answered HTML only (PEP 503), and the JSON endpoints of %s did not answer "
+                    "for %s: dating a release needs the PyPI JSON API or the PEP 691 simple JSON "
+                    "with PEP 700 upload times; point index_url/simple_url at an index that gives "
+                    "them" % (url, self.index_url, self._what()), source=SOURCE_SIMPLE)
+            raise
+        except NotFoundError:
+            self.tried.append((SOURCE_SIMPLE, url, "404"))
+            tried = "; ".join("%s: %s" % (u, outcome) for _s, u, outcome in self.tried)
+            raise ProjectNotFoundError(
+                "%s has no project %r (asked %s). Check the name and index_url/simple_url"
+                % (self.index_url, self.project, tried),
+                tried=[u for _s, u, _o in self.tried],
+            )
+        self.tried.append((SOURCE_SIMPLE, url, "200"))
+        if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+            raise UnexpectedAnswerError(
+                "%s answered JSON without a 'files' list: the simple index must speak PEP 691 "
+                "JSON (Accept: %s)" % (url, SIMPLE_JSON), source=SOURCE_SIMPLE)
+        want = canonical_version(self.version)
+        files = []
+        seen_versions = set()
+        for entry in data["files"]:
+            if not isinstance(entry, dict):
+                continue
+            parsed = parse_filename(entry.get("filename") or "", self.project)
+            if parsed is None:
+                continue
+            seen_versions.add(parsed[0])
+            if canonical_version(parsed[0]) == want:
+                files.append(_file_from_simple(entry, resp.url, parsed[1]))
+        listed = data.get("versions") if isinstance(data.get("versions"), list) else None
+        if not files:
+            known = listed if listed is not None else sorted(seen_versions)
+            if self._match_version(known) is None:
+                raise self._missing_version(url, known, SOURCE_SIMPLE)
+        return {"source": SOURCE_SIMPLE, "url": url, "files": files, "yanked": None,
+                "yanked_reason": None}
+
+    def run(self):
+        """Ask the endpoints in turn; a dict with ``source``, ``url``, ``files``, ``published``,
+        ``yanked``, ``yanked_reason``; one of this module's errors otherwise."""
+        found = self._release_json() or self._project_json() or self._simple_json()
+        files = found["files"]
+        if not files:
+            raise NoFilesError(
+                "%s is on %s but lists no files (asked %s): nothing was uploaded for it, so it "
+                "cannot be installed or dated" % (self._what(), self.index_url, found["url"]),
+                source=found["source"])
+        undated = [f["filename"] for f in files if f["_stamp"] is None]
+        if undated:
+            raise NoUploadTimeError(
+                "%s answered for %s without an upload time for %s: the index must give upload "
+                "times (PyPI JSON API, or PEP 700 simple JSON) to date a release"
+                % (found["url"], self._what(), ", ".join(undated)), source=found["source"])
+        published = max(f["_stamp"] for f in files)
+        yanked = found["yanked"]
+        if yanked is None:
+            yanked = all(f["yanked"] for f in files)
+        reason = found["yanked_reason"]
+        if yanked and not reason:
+            reasons = sorted(set(f["_yanked_reason"] for f in files if f["_yanked_reason"]))
+            reason = "; ".join(reasons) or None
+        out_files = []
+        for f in sorted(files, key=lambda f: f["filename"]):
+            out_files.append(dict((k, v) for k, v in f.items() if not k.startswith("_")))
+        return {
+            "source": found["source"],
+            "source_url": found["url"],
+            "files": out_files,
+            "published": published,
+            "yanked": bool(yanked),
+            "yanked_reason": reason if yanked else None,
+        }
+
+
+def lookup(client, project, version, index_url=None, simple_url=None, margin_hours=24):
+    """The module's result for one release (see the module's RETURN)."""
+    found = Lookup(client, project, version, index_url, simple_url).run()
+    published = found.pop("published")
+    found["published"] = format_time(published)
+    found["exclude_newer"] = format_time(published + datetime.timedelta(hours=margin_hours))
+    return found

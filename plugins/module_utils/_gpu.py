@@ -1,0 +1,583 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+A node's GPU facts (from ``nvidia-smi``), its glibc and machine architecture, and the compute
+check that proves an engine environment computes on the node's GPUs.
+
+Commands run through ``run_command``: any callable with the calling convention of
+``AnsibleModule.run_command`` restricted to ``run_command(argv, environ_update=None)``,
+returning ``(rc, stdout, stderr)`` as text. Passing ``module.run_command`` works. Every command
+is bounded: it runs under a small watchdog in the module's own interpreter (``sys.executable``)
+that kills the command's process group after ``timeout`` seconds and exits 124.
+
+Public entry points
+-------------------
+``gather_facts(run_command, nvidia_smi, timeout=30) -> dict``
+    ``{"nvidia_smi": path|None, "driver_version": str|None, "cuda_version": str|None,
+    "gpus": [{"index": int, "name": str, "uuid": str, "compute_capability": str|None,
+    "memory_mib": int|None}], "gpu_count": int, "driver_error": str|None,
+    "glibc": str|None, "architecture": str}``.
+    No ``nvidia-smi``, or one that cannot talk to the driver, is a fact (``driver_version``
+    None, no GPUs, ``driver_error`` says why). Raises :class:`NvidiaSmiTimeout` when
+    ``nvidia-smi`` hangs and :class:`NvidiaSmiError` when it fails otherwise.
+
+``compute_check(run_command, python, timeout, env=None, engine="vllm") -> dict``
+    Runs :data:`COMPUTE_CHECK_SCRIPT` in ``python`` (an engine environment's interpreter) with
+    ``env`` added to the environment: a small computation on every visible GPU, then, for
+    ``engine="vllm"``, vLLM's own compiled ``rms_norm`` on each. Never raises for a failed
+    check; returns::
+
+        {"ok": bool, "python": str, "engine": "vllm"|"none", "rc": int, "timed_out": bool,
+         "seconds": float, "torch": str|None, "torch_cuda": str|None, "arch_list": [str],
+         "devices": [{"index", "name", "capability", "ok"}],
+         "engine_op": {"name", "version", "op", "ok"} | None,
+         "stage": where it failed | None, "error": the exception | None,
+         "classification": None | "no_kernel_image" | "unsupported_ptx" | "driver_too_old"
+                           | "cuda_runtime_mismatch" | "glibc" | "no_device" | "other",
+         "hint": what to do | None, "output": what else the interpreter printed (tail)}
+
+``failure_message(result) -> str``
+    One message for a failed check (what ran, where it failed, the error, the hint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+
+#: The fields asked of ``nvidia-smi --query-gpu``, in this order.
+QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
+#: Exit status of the watchdog when the command ran out of time (as coreutils' timeout).
+TIMEOUT_RC = 124
+_TIMEOUT_MARK = "llmfleet-watchdog: timed out"
+#: How much of a command's other output is kept for messages.
+OUTPUT_TAIL = 4000
+#: A marker key in the compute check's JSON document, to find it among other output.
+CHECK_MARK = "llmfleet_gpu_check"
+CLASSIFICATIONS = (
+    "no_kernel_image",
+    "unsupported_ptx",
+    "driver_too_old",
+    "cuda_runtime_mismatch",
+    "glibc",
+    "no_device",
+    "other",
+)
+
+# Runs a command with inherited stdout/stderr in its own process group; after the timeout the
+# whole group is killed and the watchdog exits 124. Written without dollar signs: run_command
+# expands environment variables in its arguments.
+WATCHDOG_SCRIPT = r"""
+import os, signal, subprocess, sys
+limit = float(sys.argv[1])
+try:
+    proc = subprocess.Popen(sys.argv[2:], start_new_session=True)
+except OSError as exc:
+    sys.stderr.write("%s: %s\n" % (sys.argv[2], exc))
+    sys.exit(127)
+try:
+    rc = proc.wait(timeout=limit)
+except subprocess.TimeoutExpired:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
+    sys.stderr.write("\nllmfleet-watchdog: timed out after %g s\n" % limit)
+    sys.exit(124)
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+# The compute check, run by the engine environment's interpreter (any Python 3.8+): it prints
+# one JSON document, on the last line of stdout, whatever happens. Uses only the torch API that
+# docs/dev/CONTRACTS.md lists, so that it runs with real torch and with the tests' fake one.
+# No dollar signs (see WATCHDOG_SCRIPT).
+COMPUTE_CHECK_SCRIPT = r'''
+import json, sys, traceback, warnings
+
+ENGINE = sys.argv[1] if len(sys.argv) > 1 else "none"
+R = {"llmfleet_gpu_check": 1, "ok": False, "stage": "import torch", "error": None,
+     "traceback": None, "torch": None, "torch_cuda": None, "arch_list": [], "devices": [],
+     "engine_op": None, "warnings": []}
+
+
+def expect(got, want, what):
+    if abs(got - want) > 0.01 * max(1.0, abs(want)):
+        raise RuntimeError("%s gave %r instead of %r: the GPU computed a wrong result" % (what, got, want))
+
+
+def check():
+    import torch
+    R["torch"] = str(torch.__version__)
+    R["torch_cuda"] = torch.version.cuda
+    R["stage"] = "CUDA initialisation"
+    if not torch.cuda.is_available():
+        torch.cuda.init()
+        raise RuntimeError("torch sees no CUDA device (torch.cuda.is_available() is False)")
+    count = torch.cuda.device_count()
+    if count < 1:
+        raise RuntimeError("torch sees no CUDA device (torch.cuda.device_count() is 0)")
+    R["arch_list"] = [str(a) for a in torch.cuda.get_arch_list()]
+    for i in range(count):
+        cap = tuple(torch.cuda.get_device_capability(i))
+        R["devices"].append({"index": i, "name": str(torch.cuda.get_device_name(i)),
+                             "capability": "%d.%d" % (cap[0], cap[1]), "ok": False})
+    for dev in R["devices"]:
+        i = dev["index"]
+        R["stage"] = "torch computing on GPU %d" % i
+        x = torch.ones(256, device="cuda:%d" % i, dtype=torch.float16)
+        total = (x * 2 + 1).float().sum()
+        torch.cuda.synchronize(i)
+        expect(total.item(), 768.0, "(ones * 2 + 1).sum() on GPU %d" % i)
+        dev["ok"] = True
+    if ENGINE != "vllm":
+        return
+    R["stage"] = "import vllm"
+    R["engine_op"] = {"name": "vllm", "version": None, "op": "vllm._custom_ops.rms_norm", "ok": False}
+    import vllm
+    R["engine_op"]["version"] = str(getattr(vllm, "__version__", None))
+    from vllm import _custom_ops
+    for dev in R["devices"]:
+        i = dev["index"]
+        R["stage"] = "vllm._custom_ops.rms_norm on GPU %d" % i
+        x = torch.ones(4, 64, device="cuda:%d" % i, dtype=torch.float16) * 3
+        weight = torch.ones(64, device="cuda:%d" % i, dtype=torch.float16)
+        out = torch.empty_like(x)
+        _custom_ops.rms_norm(out, x, weight, 1e-6)
+        torch.cuda.synchronize(i)
+        expect(out.float().sum().item(), 256.0, "rms_norm of a 4x64 block of threes on GPU %d" % i)
+    R["engine_op"]["ok"] = True
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        check()
+        R["stage"] = None
+        R["ok"] = True
+    except BaseException as exc:
+        R["error"] = ("%s: %s" % (type(exc).__name__, exc)).strip()
+        R["traceback"] = traceback.format_exc()[-3000:]
+    R["warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught][:20]
+sys.stdout.write("\n" + json.dumps(R) + "\n")
+sys.stdout.flush()
+sys.exit(0 if R["ok"] else 1)
+'''
+
+
+class GpuError(Exception):
+    """Base of this module's errors."""
+
+
+class NvidiaSmiTimeout(GpuError):
+    """nvidia-smi did not answer in time."""
+
+
+class NvidiaSmiError(GpuError):
+    """nvidia-smi failed in a way that is not "no driver"."""
+
+
+# --- running commands -------------------------------------------------------------------
+
+
+def bounded(argv, timeout):
+    """``argv`` wrapped in the watchdog that stops it after ``timeout`` seconds."""
+    return [sys.executable, "-c", WATCHDOG_SCRIPT, "%g" % float(timeout)] + [str(a) for a in argv]
+
+
+def run_bounded(run_command, argv, timeout, env=None):
+    """Run ``argv`` for at most ``timeout`` seconds: ``(rc, out, err, timed_out, seconds)``."""
+    started = time.monotonic()
+    rc, out, err = run_command(bounded(argv, timeout), environ_update=dict(env or {}))
+    seconds = round(time.monotonic() - started, 3)
+    timed_out = rc == TIMEOUT_RC and _TIMEOUT_MARK in (err or "")
+    if timed_out:
+        err = err.replace("\nllmfleet-watchdog: timed out after %g s\n" % float(timeout), "")
+    return rc, out or "", err or "", timed_out, seconds
+
+
+def tail(text, limit=OUTPUT_TAIL):
+    """The end of ``text``, at most ``limit`` characters."""
+    text = (text or "").strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# --- node facts -------------------------------------------------------------------------
+
+
+def glibc_version():
+    """The C library's version (``"2.36"``), or None where it is not glibc."""
+    try:
+        value = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):
+        value = None
+    if value and value.startswith("glibc "):
+        return value.split(" ", 1)[1].strip()
+    name, version = platform.libc_ver()
+    return version if name == "glibc" and version else None
+
+
+def architecture():
+    """The machine architecture (``uname -m``): ``x86_64``, ``aarch64``, ..."""
+    return platform.machine()
+
+
+def query_argv(nvidia_smi, fields=QUERY_FIELDS):
+    """The ``--query-gpu`` command line."""
+    return [nvidia_smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"]
+
+
+def xml_argv(nvidia_smi):
+    """The ``-q -x`` command line."""
+    return [nvidia_smi, "-q", "-x"]
+
+
+def _na(value):
+    value = (value or "").strip()
+    return None if value in ("", "N/A", "[N/A]", "[Not Supported]", "Not Supported") else value
+
+
+def _int(value):
+    value = _na(value)
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def parse_query(text, fields=QUERY_FIELDS):
+    """Rows of ``--query-gpu ... --format=csv,noheader,nounits`` -> ``(driver_version, gpus)``."""
+    gpus, drivers = [], []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        values = [part.strip() for part in line.split(",")]
+        if len(values) < len(fields):
+            raise NvidiaSmiError("nvidia-smi printed a line that is not %d fields: %r" % (len(fields), line))
+        # a name holding a comma: the extra parts belong to the name (the second field)
+        extra = len(values) - len(fields)
+        if extra:
+            at = list(fields).index("name")
+            values[at:at + extra + 1] = [", ".join(values[at:at + extra + 1])]
+        row = dict(zip(fields, values))
+        index = _int(row.get("index"))
+        if index is None:
+            raise NvidiaSmiError("nvidia-smi printed a line without a GPU index: %r" % line)
+        gpus.append(
+            {
+                "index": index,
+                "name": _na(row.get("name")),
+                "uuid": _na(row.get("uuid")),
+                "compute_capability": _na(row.get("compute_cap")),
+                "memory_mib": _int(row.get("memory.total")),
+            }
+        )
+        if _na(row.get("driver_version")):
+            drivers.append(_na(row["driver_version"]))
+    gpus.sort(key=lambda gpu: gpu["index"])
+    return (drivers[0] if drivers else None), gpus
+
+
+def parse_xml(text):
+    """``nvidia-smi -q -x`` -> ``{"driver_version", "cuda_version", "attached_gpus"}``."""
+    text = text or ""
+    start = text.find("<?xml")
+    if start < 0:
+        start = text.find("<nvidia_smi_log")
+    if start < 0:
+        raise NvidiaSmiError("nvidia-smi -q -x printed no XML: %s" % tail(text, 300))
+    try:
+        root = ET.fromstring(text[start:].strip().encode("utf-8"))
+    except ET.ParseError as exc:
+        raise NvidiaSmiError("nvidia-smi -q -x printed XML that does not parse (%s)" % exc)
+    return {
+        "driver_version": _na(root.findtext("driver_version")),
+        "cuda_version": _na(root.findtext("cuda_version")),
+        "attached_gpus": _int(root.findtext("attached_gpus")),
+    }
+
+
+# nvidia-smi's ways of saying that no usable driver is there (exit 9: driver not loaded,
+# 12: NVML library not found, 6 with "No devices were found").
+_NO_DRIVER = re.compile(
+    r"couldn't communicate with the NVIDIA driver|NVIDIA-SMI has failed|"
+    r"NVML Shared Library Not Found|No devices were found|Driver Not Loaded",
+    re.IGNORECASE,
+)
+_NO_DRIVER_RC = (9, 12)
+
+
+def _no_driver(rc, text):
+    return rc in _NO_DRIVER_RC or bool(_NO_DRIVER.search(text or ""))
+
+
+def gather_facts(run_command, nvidia_smi, timeout=30):
+    """The node's GPU facts (see the module docstring for the shape)."""
+    facts = {
+        "nvidia_smi": nvidia_smi or None,
+        "driver_version": None,
+        "cuda_version": None,
+        "gpus": [],
+        "gpu_count": 0,
+        "driver_error": None,
+        "glibc": glibc_version(),
+        "architecture": architecture(),
+    }
+    if not nvidia_smi:
+        facts["driver_error"] = "no nvidia-smi on this node (not on PATH, nor in the sbin directories)"
+        return facts
+    if not os.path.exists(nvidia_smi):
+        facts["driver_error"] = "%s does not exist" % nvidia_smi
+        return facts
+    if not os.access(nvidia_smi, os.X_OK) or os.path.isdir(nvidia_smi):
+        raise NvidiaSmiError(
+            "%s is not an executable file: give the path of nvidia-smi in nvidia_smi" % nvidia_smi
+        )
+
+    def run(argv):
+        rc, out, err, timed_out, _seconds = run_bounded(run_command, argv, timeout)
+        if timed_out:
+            raise NvidiaSmiTimeout(
+                "%s did not answer within %g s: the driver or a GPU may be hung (look for Xid "
+                "errors in the kernel log, `dmesg`); raise timeout if this node is only slow"
+                % (" ".join(argv), float(timeout))
+            )
+        return rc, out, err
+
+    fields = QUERY_FIELDS
+    rc, out, err = run(query_argv(nvidia_smi, fields))
+    text = (out + "\n" + err).strip()
+    if rc != 0 and re.search(r'"compute_cap" is not a valid field', text):
+        # drivers before 510 do not know compute_cap (they are below every build's floor anyway)
+        fields = tuple(f for f in QUERY_FIELDS if f != "compute_cap")
+        rc, out, err = run(query_argv(nvidia_smi, fields))
+        text = (out + "\n" + err).strip()
+    if rc != 0:
+        if _no_driver(rc, text):
+            facts["driver_error"] = tail(text, 500) or "nvidia-smi exited %d" % rc
+            return facts
+        raise NvidiaSmiError(
+            "%s exited %d: %s" % (" ".join(query_argv(nvidia_smi, fields)), rc, tail(text, 1000))
+        )
+    driver, gpus = parse_query(out, fields)
+
+    rc, out, err = run(xml_argv(nvidia_smi))
+    if rc != 0:
+        text = (out + "\n" + err).strip()
+        if _no_driver(rc, text):
+            facts["driver_error"] = tail(text, 500)
+            return facts
+        raise NvidiaSmiError("%s -q -x exited %d: %s" % (nvidia_smi, rc, tail(text, 1000)))
+    info = parse_xml(out)
+
+    facts["driver_version"] = info["driver_version"] or driver
+    facts["cuda_version"] = info["cuda_version"]
+    facts["gpus"] = gpus
+    facts["gpu_count"] = len(gpus)
+    return facts
+
+
+# --- the compute check ------------------------------------------------------------------
+
+
+def compute_argv(python, engine="vllm"):
+    """The command line of the compute check."""
+    return [python, "-u", "-c", COMPUTE_CHECK_SCRIPT, engine or "none"]
+
+
+def parse_check_output(stdout):
+    """``(document, other_output)``: the check's JSON document (None if absent) and the rest."""
+    lines = (stdout or "").splitlines()
+    for at in range(len(lines) - 1, -1, -1):
+        line = lines[at].strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get(CHECK_MARK):
+            return doc, "\n".join(lines[:at] + lines[at + 1:])
+    return None, stdout or ""
+
+
+def _cuda_major(torch_cuda):
+    found = _builds.dotted(torch_cuda)
+    return found[0] if found else None
+
+
+def _other_build(torch_cuda):
+    major = _cuda_major(torch_cuda)
+    if major is None:
+        return None
+    return "cu129" if major >= 13 else "cu13"
+
+
+def _weakest_below_floor(devices):
+    floor = min((req["compute_capability"] for req in _builds.REQUIREMENTS.values()), key=_builds.dotted)
+    below = [d for d in devices or [] if _builds.dotted(d.get("capability")) and not _builds.at_least(d["capability"], floor)]
+    if not below:
+        return None, floor
+    return min(below, key=lambda d: _builds.dotted(d["capability"])), floor
+
+
+def classify(text, result=None):
+    """``(classification, hint)`` for a failed check's text (error, traceback, output)."""
+    result = result or {}
+    text = text or ""
+    torch_cuda = result.get("torch_cuda")
+    cuda_label = ("CUDA %s" % torch_cuda) if torch_cuda else "its CUDA"
+    other = _other_build(torch_cuda)
+
+    need = re.search(r"GLIBC_(\d+(?:\.\d+)+)'? not found", text)
+    if need:
+        have = glibc_version()
+        return "glibc", (
+            "the engine's compiled code needs glibc %s and this node has %s: use a build whose "
+            "wheel targets an older manylinux (glibc), or move the node to a newer OS"
+            % (need.group(1), have or "an older or a different C library")
+        )
+
+    lib = re.search(r"\b(lib(?:cudart|cublas\w*|cudnn\w*|nvrtc\w*|cusparse\w*|cufft\w*|nccl\w*))\.so\.(\d+)[^:\s]*: cannot open shared object file", text)
+    if lib:
+        major = int(lib.group(2))
+        return "cuda_runtime_mismatch", (
+            "the engine was built for CUDA %d (it looks for %s.so.%d) and torch here is a %s build: "
+            "the engine and torch come from different CUDA builds; rebuild the environment with "
+            "torch from the PyTorch index of the build (%s) and check the lock for torch's +%s label"
+            % (major, lib.group(1), major, cuda_label, "cu130" if major >= 13 else "cu129",
+               "cu130" if major >= 13 else "cu129")
+        )
+
+    if "the provided PTX was compiled with an unsupported toolchain" in text:
+        hint = "the NVIDIA driver is older than the %s toolkit this build's kernels were compiled with: " % cuda_label
+        full = _builds.FULL_SUPPORT_DRIVER.get(".".join(str(p) for p in (_builds.dotted(torch_cuda) or ())[:2]))
+        if _cuda_major(torch_cuda) and _cuda_major(torch_cuda) >= 13:
+            hint += "set engine_node_build to cu129 for this node, or upgrade the driver"
+        else:
+            hint += "upgrade the driver"
+        if full:
+            hint += " (%s runs fully from driver %s)" % (cuda_label, full)
+        return "unsupported_ptx", hint
+
+    if "no kernel image is available for execution on the device" in text:
+        weakest, floor = _weakest_below_floor(result.get("devices"))
+        if weakest:
+            return "no_kernel_image", (
+                "GPU %s (%s) has compute capability %s, older than any vLLM build supports (%s): "
+                "set engine_node_build to none for this node"
+                % (weakest["index"], weakest.get("name"), weakest["capability"], floor)
+            )
+        return "no_kernel_image", (
+            "this build has no kernels for this GPU: set engine_node_build to %s for this node"
+            % (other or "the other build (cu13 or cu129)")
+        )
+
+    if re.search(
+        r"CUDA driver version is insufficient for CUDA runtime version|"
+        r"NVIDIA driver on your system is too old",
+        text,
+    ):
+        if _cuda_major(torch_cuda) and _cuda_major(torch_cuda) >= 13:
+            hint = "set engine_node_build to cu129 for this node, or upgrade the NVIDIA driver to %s or newer" % (
+                _builds.REQUIREMENTS["cu13"]["driver"]
+            )
+        else:
+            hint = "upgrade the NVIDIA driver to %s or newer" % _builds.REQUIREMENTS["cu129"]["driver"]
+        return "driver_too_old", "the NVIDIA driver is too old for this build's %s: %s" % (cuda_label, hint)
+
+    if "Torch not compiled with CUDA enabled" in text:
+        return "no_device", (
+            "torch %s in this environment is a CPU-only build: the environment resolved a CPU "
+            "torch; rebuild it with torch from the build's index" % (result.get("torch") or "")
+        )
+
+    if re.search(
+        r"Found no NVIDIA driver|no CUDA-capable device is detected|No CUDA GPUs are available|"
+        r"torch sees no CUDA device|CUDA driver initialization failed",
+        text,
+    ):
+        return "no_device", (
+            "torch sees no GPU: check that the NVIDIA driver is loaded (nvidia-smi answers), that "
+            "CUDA_VISIBLE_DEVICES does not hide the GPUs, and that this is a GPU node; skip the "
+            "check on nodes without a GPU"
+        )
+
+    return "other", "the GPU check failed for a reason not recognised: read the error and the output"
+
+
+def compute_check(run_command, python, timeout, env=None, engine="vllm"):
+    """Run the compute check in ``python``; see the module docstring for the result."""
+    engine = engine or "none"
+    rc, out, err, timed_out, seconds = run_bounded(run_command, compute_argv(python, engine), timeout, env)
+    doc, rest = parse_check_output(out)
+    doc = doc or {}
+    output = tail("\n".join(part for part in (rest.strip(), err.strip()) if part))
+    result = {
+        "ok": bool(doc.get("ok")) and rc == 0 and not timed_out,
+        "python": python,
+        "engine": engine,
+        "rc": rc,
+        "timed_out": timed_out,
+        "seconds": seconds,
+        "torch": doc.get("torch"),
+        "torch_cuda": doc.get("torch_cuda"),
+        "arch_list": doc.get("arch_list") or [],
+        "devices": doc.get("devices") or [],
+        "engine_op": doc.get("engine_op"),
+        "stage": doc.get("stage"),
+        "error": doc.get("error"),
+        "classification": None,
+        "hint": None,
+        "output": output,
+    }
+    if result["ok"]:
+        result["stage"] = None
+        return result
+    if timed_out:
+        result["error"] = result["error"] or "did not finish within %g s" % float(timeout)
+        result["classification"] = "other"
+        result["hint"] = (
+            "the check did not finish within %g s: the GPU may be busy or hung (look at nvidia-smi and "
+            "for Xid errors in `dmesg`), or the environment is slow to import: raise the timeout"
+            % float(timeout)
+        )
+        return result
+    if not doc:
+        result["error"] = "%s exited %d without the check's result" % (python, rc)
+        result["stage"] = result["stage"] or "start of the interpreter"
+    elif doc.get("ok"):
+        result["error"] = "the check passed but %s exited %d" % (python, rc)
+    text = "\n".join(
+        part
+        for part in (doc.get("error"), doc.get("traceback"), "\n".join(doc.get("warnings") or []), output)
+        if part
+    )
+    result["classification"], result["hint"] = classify(text, result)
+    return result
+
+
+def failure_message(result):
+    """A one-paragraph message for a failed compute check."""
+    parts = [
+        "the GPU check in %s failed%s: %s"
+        % (
+            result.get("python"),
+            (" at %s" % result["stage"]) if result.get("stage") else "",
+            result.get("error") or "no error given",
+        )
+    ]
+    if result.get("classification"):
+        parts.append("[%s] %s" % (result["classification"], result.get("hint") or ""))
+    if result.get("output"):
+        parts.append("output: %s" % tail(result["output"], 1500))
+    return "; ".join(parts)

@@ -651,7 +651,9 @@ class FakeUpstream:
         server.owner = self
         self._server = server
         self.upstream = Upstream(self.catalogue, self.state, self.url)
-        self._thread = threading.Thread(target=server.serve_forever, name="fake-upstream", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-upstream", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -115,3 +115,13 @@ def run_module(main, args, capsys):
             main()
     out = capsys.readouterr().out
     return exc.value.code, json.loads(out), out
+
+
+def warnings_text(result):
+    """The module's warnings as strings (ansible-core 2.19 sends them as structured summaries)."""
+    out = []
+    for item in result.get("warnings") or []:
+        if isinstance(item, dict):
+            item = (item.get("event") or {}).get("msg") or item.get("msg") or str(item)
+        out.append(item)
+    return out

@@ -1,0 +1,250 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: pypi_published
+short_description: When a release was published on a PyPI-compatible index, and its files
+version_added: 0.1.0
+description:
+  - Looks up one release of a project on PyPI or a PyPI-compatible mirror and returns when its
+    last file was uploaded (O(published)), that time plus O(margin) hours (O(exclude_newer), the
+    cut-off to give C(uv pip compile --exclude-newer) so that dependencies resolve as the index
+    stood then), and every file of the release with its sha256.
+  - Asks the release JSON (C(/pypi/<project>/<version>/json)) first, then the project JSON
+    (C(/pypi/<project>/json)), then the PEP 691 simple JSON with PEP 700 upload times
+    (C(<simple_url>/<project>/)), because PyPI and its mirrors do not all answer every one. Only a
+    404 moves on to the next; RV(source) tells which one answered.
+  - Connection errors, time-outs, 429 and 5xx answers are tried again with an exponential
+    back-off; other answers are not.
+  - Read-only. It never changes anything, so it also runs in check mode. Run it once per play on
+    the controller (C(run_once) with C(delegate_to=localhost)) rather than once per node.
+author:
+  - llmfleet maintainers
+options:
+  project:
+    description:
+      - The project name, as on the index (compared in PEP 503 normal form where it matters).
+    type: str
+    required: true
+  version:
+    description:
+      - The release to look up, for example C(0.11.0). Matched exactly, else in PEP 440 normal form.
+    type: str
+    required: true
+  index_url:
+    description:
+      - Base URL of a PyPI-compatible index; the JSON API lives under C(<index_url>/pypi/).
+      - Point it at a mirror (Artifactory, Nexus, devpi, pypiserver) on an air-gapped site.
+    type: str
+    default: https://pypi.org
+  simple_url:
+    description:
+      - Base URL of the simple index (PEP 503/691) asked last. Defaults to C(<index_url>/simple).
+    type: str
+  margin:
+    description:
+      - Hours added to O(published) to give RV(exclude_newer).
+    type: int
+    default: 24
+  allow_yanked:
+    description:
+      - A yanked release (withdrawn by its publisher, usually because it is broken) fails the task
+        unless this is V(true).
+      - With V(true) the task succeeds, returns RV(yanked=true) and RV(yanked_reason), and warns.
+        Use it only to keep a fleet on a release you knowingly pinned before it was yanked.
+    type: bool
+    default: false
+  timeout:
+    description:
+      - Seconds to wait for each request.
+    type: int
+    default: 30
+  retries:
+    description:
+      - How many more times to try a request after a connection error, time-out, 429 or 5xx.
+    type: int
+    default: 3
+  backoff:
+    description:
+      - Seconds to wait before the first retry; each further retry waits twice as long as the
+        one before (or the server's C(Retry-After), when longer, up to 60 s).
+    type: float
+    default: 1.0
+  validate_certs:
+    description:
+      - Check the server's TLS certificate. Turn off only for a mirror you trust.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same look-up in check mode and reports the same result.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is nothing to diff.
+  platform:
+    platforms: posix
+    description: Needs only Python and network access to the index; usually run on the controller.
+notes:
+  - RV(changed) is always V(false).
+  - The sha256 of a file is what the index lists for it; a file the index gives no sha256 for is
+    returned with RV(files[].sha256=null).
+seealso:
+  - module: llmfleet.engines.github_digest
+  - name: PyPI JSON API
+    description: The release and project JSON endpoints.
+    link: https://docs.pypi.org/api/json/
+  - name: PEP 691 and PEP 700
+    description: The JSON simple index and its upload times.
+    link: https://peps.python.org/pep-0700/
+"""
+
+EXAMPLES = r"""
+- name: Find when vLLM 0.11.0 was published, once for the whole fleet
+  llmfleet.engines.pypi_published:
+    project: vllm
+    version: 0.11.0
+  run_once: true
+  delegate_to: localhost
+  register: vllm_release
+
+- name: Resolve dependencies as the index stood one day after that
+  ansible.builtin.debug:
+    msg: "uv pip compile --exclude-newer {{ vllm_release.exclude_newer }}"
+
+- name: Ask a mirror, with a shorter margin and a quick retry
+  llmfleet.engines.pypi_published:
+    project: llmfleet-fakedep
+    version: 1.1.0
+    index_url: https://artifactory.example.com/artifactory/api/pypi/pypi-remote
+    margin: 12
+    retries: 5
+    backoff: 0.5
+  delegate_to: localhost
+  register: dep_release
+"""
+
+RETURN = r"""
+published:
+  description: The latest upload time of the release's files, RFC 3339 in UTC.
+  returned: success
+  type: str
+  sample: "2025-10-04T01:39:57.798320Z"
+exclude_newer:
+  description: RV(published) plus O(margin) hours, RFC 3339 in UTC.
+  returned: success
+  type: str
+  sample: "2025-10-05T01:39:57.798320Z"
+files:
+  description: Every file of the release, sorted by file name.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    filename:
+      description: The file name.
+      type: str
+      sample: vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl
+    url:
+      description: Where the file downloads from (absolute).
+      type: str
+    sha256:
+      description: The sha256 the index lists for the file, or null when it lists none.
+      type: str
+    size:
+      description: Size in bytes, when the index gives it.
+      type: int
+    packagetype:
+      description: C(bdist_wheel), C(sdist) or C(bdist_egg).
+      type: str
+    upload_time:
+      description: When the file was uploaded, RFC 3339 in UTC.
+      type: str
+    yanked:
+      description: Whether this file is yanked.
+      type: bool
+yanked:
+  description: Whether the release is yanked (a task only succeeds with this V(true) when O(allow_yanked=true)).
+  returned: success
+  type: bool
+  sample: false
+yanked_reason:
+  description: The publisher's reason for yanking, when the release is yanked and has one.
+  returned: success
+  type: str
+  sample: null
+source:
+  description: Which endpoint answered, V(release_json), V(project_json) or V(simple_json).
+  returned: success
+  type: str
+  sample: project_json
+source_url:
+  description: The URL that answered.
+  returned: success
+  type: str
+  sample: https://pypi.org/pypi/vllm/json
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, HttpError
+from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import (
+    DEFAULT_INDEX_URL,
+    PypiError,
+    lookup,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            project=dict(type="str", required=True),
+            version=dict(type="str", required=True),
+            index_url=dict(type="str", default=DEFAULT_INDEX_URL),
+            simple_url=dict(type="str"),
+            margin=dict(type="int", default=24),
+            allow_yanked=dict(type="bool", default=False),
+            timeout=dict(type="int", default=30),
+            retries=dict(type="int", default=3),
+            backoff=dict(type="float", default=1.0),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for name in ("margin", "retries", "backoff"):
+        if p[name] < 0:
+            module.fail_json(msg="%s must not be negative (got %s)" % (name, p[name]))
+    if p["timeout"] <= 0:
+        module.fail_json(msg="timeout must be more than 0 seconds (got %s)" % p["timeout"])
+
+    client = HttpClient(timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
+                        validate_certs=p["validate_certs"])
+    what = "%s %s" % (p["project"], p["version"])
+    try:
+        result = lookup(client, p["project"], p["version"], index_url=p["index_url"],
+                        simple_url=p["simple_url"], margin_hours=p["margin"])
+    except PypiError as exc:
+        module.fail_json(msg="looking up %s: %s" % (what, exc.msg), changed=False, **exc.details)
+    except HttpError as exc:
+        module.fail_json(msg="looking up %s on %s: %s" % (what, p["index_url"], exc.msg), changed=False,
+                         url=exc.url)
+
+    if result["yanked"]:
+        reason = " (reason: %s)" % result["yanked_reason"] if result["yanked_reason"] else ""
+        if not p["allow_yanked"]:
+            module.fail_json(
+                msg="%s is yanked on %s%s: its publisher withdrew it. Pick another version, or set "
+                    "allow_yanked: true to use it knowingly" % (what, p["index_url"], reason),
+                changed=False, **result)
+        module.warn("%s is yanked on %s%s; used because allow_yanked is true" % (what, p["index_url"], reason))
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

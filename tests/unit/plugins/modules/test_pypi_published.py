@@ -1,0 +1,123 @@
+"""pypi_published: main() with patched arguments, HTTP scripted at open_url, JSON result checked."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.modules import pypi_published
+from tests.unit.plugins.lookup_fakes import Reply, install, run_module, warnings_text
+
+BASE = "http://index.test"
+RELEASE = BASE + "/pypi/vllm/0.11.0/json"
+PROJECT = BASE + "/pypi/vllm/json"
+SIMPLE = BASE + "/simple/vllm/"
+
+
+def pypi_file(filename, when, sha, yanked=False, reason=None):
+    return {"filename": filename, "url": BASE + "/files/" + filename, "size": 10,
+            "packagetype": "sdist" if filename.endswith(".tar.gz") else "bdist_wheel",
+            "upload_time_iso_8601": when, "digests": {"sha256": sha}, "yanked": yanked, "yanked_reason": reason}
+
+
+FILES = [pypi_file("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T20:00:00Z", "a" * 64),
+         pypi_file("vllm-0.11.0.tar.gz", "2025-10-02T20:10:00Z", "b" * 64)]
+
+
+def release(yanked=False, reason=None, files=FILES):
+    return {"info": {"name": "vllm", "version": "0.11.0", "yanked": yanked, "yanked_reason": reason},
+            "urls": [dict(f, yanked=yanked, yanked_reason=reason) for f in files]}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return install(monkeypatch)
+
+
+def args(**kw):
+    out = {"project": "vllm", "version": "0.11.0", "index_url": BASE, "backoff": 0.01}
+    out.update(kw)
+    return out
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_success_reports_published_and_changes_nothing(fake, capsys, check_mode):
+    server, _sleeps = fake
+    server.add(RELEASE, Reply(200, release()))
+    code, result, _out = run_module(pypi_published.main, args(_ansible_check_mode=check_mode, margin=12), capsys)
+    assert code == 0
+    assert result["changed"] is False
+    assert "failed" not in result
+    assert result["published"] == "2025-10-02T20:10:00Z"
+    assert result["exclude_newer"] == "2025-10-03T08:10:00Z"
+    assert result["source"] == "release_json"
+    assert [(f["filename"], f["sha256"]) for f in result["files"]] == [
+        ("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "a" * 64), ("vllm-0.11.0.tar.gz", "b" * 64)]
+    assert result["yanked"] is False
+    assert warnings_text(result) == []
+
+
+def test_falls_back_when_release_json_is_404(fake, capsys):
+    server, _sleeps = fake
+    server.add(PROJECT, Reply(200, {"info": {}, "releases": {"0.11.0": FILES}}))
+    code, result, _out = run_module(pypi_published.main, args(), capsys)
+    assert code == 0
+    assert result["source"] == "project_json" and result["published"] == "2025-10-02T20:10:00Z"
+
+
+def test_yanked_release_fails_by_default(fake, capsys):
+    server, _sleeps = fake
+    server.add(RELEASE, Reply(200, release(yanked=True, reason="broken wheels")))
+    code, result, _out = run_module(pypi_published.main, args(), capsys)
+    assert code == 1 and result["failed"] is True
+    assert "is yanked" in result["msg"] and "broken wheels" in result["msg"]
+    assert "allow_yanked" in result["msg"]
+    assert result["yanked"] is True
+
+
+def test_yanked_release_allowed_warns(fake, capsys):
+    server, _sleeps = fake
+    server.add(RELEASE, Reply(200, release(yanked=True, reason="broken wheels")))
+    code, result, _out = run_module(pypi_published.main, args(allow_yanked=True), capsys)
+    assert code == 0 and "failed" not in result
+    assert result["yanked"] is True and result["yanked_reason"] == "broken wheels"
+    assert any("yanked" in w and "broken wheels" in w for w in warnings_text(result))
+
+
+FAILURES = [
+    # (id, routes, extra args, words in msg, extra keys in result)
+    ("no-such-project", {}, {"project": "nope"}, ["no project 'nope'", BASE + "/simple/nope/"], ["tried"]),
+    ("no-such-version", {PROJECT: [Reply(200, {"info": {}, "releases": {"0.10.0": FILES, "0.12.0": []}})]},
+     {"version": "0.11.1"}, ["no version 0.11.1", "0.10.0, 0.12.0"], ["nearest_versions"]),
+    ("no-files", {RELEASE: [Reply(200, release(files=[]))]}, {}, ["lists no files"], []),
+    ("invalid-json", {RELEASE: [Reply(200, body=b"<html>", content_type="text/html")]}, {},
+     ["not valid JSON", RELEASE], ["url"]),
+    ("unreachable-5xx", {RELEASE: [Reply(503)]}, {"retries": 2}, ["3 attempts", "503", RELEASE], ["url"]),
+    ("timeout", {RELEASE: [socket.timeout("timed out")]}, {"retries": 1, "timeout": 3},
+     ["2 attempts", "timed out after 3 s"], ["url"]),
+    ("negative-margin", {}, {"margin": -1}, ["margin must not be negative"], []),
+    ("zero-timeout", {}, {"timeout": 0}, ["timeout must be more than 0"], []),
+]
+
+
+@pytest.mark.parametrize("routes, extra, words, keys", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
+def test_failures(fake, capsys, routes, extra, words, keys):
+    server, _sleeps = fake
+    for url, answers in routes.items():
+        server.add(url, *answers)
+    code, result, _out = run_module(pypi_published.main, args(**extra), capsys)
+    assert code == 1 and result["failed"] is True
+    for word in words:
+        assert word in result["msg"]
+    for key in keys:
+        assert key in result
+    assert "published" not in result
+
+
+def test_5xx_then_success(fake, capsys):
+    server, sleeps = fake
+    server.add(RELEASE, Reply(503), Reply(500), Reply(200, release()))
+    code, result, _out = run_module(pypi_published.main, args(backoff=0.5), capsys)
+    assert code == 0 and result["published"] == "2025-10-02T20:10:00Z"
+    assert sleeps == [0.5, 1.0]

@@ -173,7 +173,7 @@ def tail(text, lines=TAIL_LINES):
 
     uv explains a failed resolution over several lines; the last alone rarely says why.
     """
-    kept = [line.rstrip() for line in (text or "").strip().splitlines() if line.strip()]
+    kept = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
     return " / ".join(kept[-lines:])
 
 
@@ -814,23 +814,34 @@ def read_progress(progress_path):
 # GPU: the compute check belongs to _gpu.py; this is the one place the flow calls it.
 
 
-def gpu_step(run, python_bin, env, nvidia_smi, timeout):
-    """Run the GPU compute check in the new environment; a dict result.
+def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
+    """The GPU compute check (``_gpu``) in the new environment, as a dict.
 
-    ``{"skipped": True, "reason": ...}`` without a driver; ``{"ok": True, ...}`` on success;
-    raises GpuCheckFailed with the classification otherwise.
+    ``{"skipped": True, "reason": ...}`` on a node without a driver; the check's result when
+    it passes; GpuCheckFailed (with the result and its classification) when it does not.
     """
     try:
         from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
     except ImportError:
-        _gpu = None
-    if _gpu is None:
-        return {"skipped": True, "reason": "the GPU compute check is not available in this collection"}
-    return _gpu_check_with(_gpu, run, python_bin, env, nvidia_smi, timeout)
+        return {"skipped": True, "reason": "the GPU compute check (_gpu) is not in this collection"}
 
+    def run_command(argv, environ_update=None):
+        res = run(argv, env=environ_update)
+        return res.rc, res.out, res.err
 
-def _gpu_check_with(gpu, run, python_bin, env, nvidia_smi, timeout):  # pragma: no cover - wired when _gpu lands
-    return {"skipped": True, "reason": "the GPU compute check is not wired in yet"}
+    try:
+        facts = _gpu.gather_facts(run_command, nvidia_smi, timeout=30)
+    except _gpu.GpuError as exc:
+        raise GpuCheckFailed("asking the driver for the node's GPUs before the GPU check failed: %s" % exc)
+    if not facts.get("driver_version"):
+        return {"skipped": True,
+                "reason": "no NVIDIA driver on this node (%s)" % (facts.get("driver_error") or "nvidia-smi found none")}
+    result = _gpu.compute_check(run_command, python_bin, timeout, env=env, engine=engine)
+    if not result.get("ok"):
+        raise GpuCheckFailed(_gpu.failure_message(result), gpu=result,
+                             classification=result.get("classification"), hint=result.get("hint"))
+    result["driver_version"] = facts.get("driver_version")
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -1009,7 +1020,8 @@ class EngineEnv:
                 if res.timed_out:
                     raise InstallTimeout(self._timeout_msg(step), uv_output=tail(res.output))
                 if res.rc != 0:
-                    raise error("%s failed (uv exit %s): %s" % (what, res.rc, tail(res.output)),
+                    raise error("%s failed (uv exit %s): %s. The environment at %s is unchanged; the uv "
+                                "cache is kept." % (what, res.rc, tail(res.output), self.path),
                                 uv_output=tail(res.output), cmd=argv)
                 return res
 
@@ -1050,8 +1062,14 @@ class EngineEnv:
             gpu_result = {"skipped": True, "reason": "gpu_check is false"}
             if p.get("gpu_check"):
                 with timed("gpu"):
-                    gpu_result = self.gpu(run, python_bin, self._check_env(), p.get("nvidia_smi"),
-                                          min(remaining("gpu"), 600))
+                    engine = "vllm" if normalize_name(p["engine"]) == "vllm" else "none"
+                    try:
+                        gpu_result = self.gpu(run, python_bin, self._check_env(), p.get("nvidia_smi"),
+                                              min(remaining("gpu"), 600), engine)
+                    except GpuCheckFailed as exc:
+                        exc.msg = "%s is installed in %s but is not switched in: %s. The environment at %s is unchanged." % (
+                            self._label(), self.partial, exc.msg, self.path)
+                        raise
             with timed("marker"):
                 marker = {
                     "format": MARKER_FORMAT,
@@ -1083,6 +1101,10 @@ class EngineEnv:
         except OSError:
             return False
         remove_tree(self.cache_dir)
+        try:
+            os.unlink(cache_lock.lock_path)
+        except OSError:
+            pass
         return True
 
     def _timeout_msg(self, step):

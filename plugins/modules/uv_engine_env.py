@@ -336,6 +336,8 @@ def main():
     uv = params["uv"]
     if params["state"] == "present" and not uv:
         uv = module.get_bin_path("uv", required=True)
+    if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"]:
+        params["nvidia_smi"] = module.get_bin_path("nvidia-smi")
     flow = EngineEnv(params, lambda keep_fds: ModuleRunner(module, keep_fds), uv,
                      check_mode=module.check_mode)
     try:

@@ -532,6 +532,7 @@ class Upstream:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    timeout = 30  # idle keep-alive connections end on their own after stop()
     server_version = "llmfleet-fake-upstream/1.0"
     server: "_Server"
 

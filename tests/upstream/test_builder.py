@@ -117,3 +117,27 @@ def test_sdist_builds_offline_into_an_installable_wheel(upstream_packages, tmp_p
     with zipfile.ZipFile(out / name) as zf:
         assert "vllm/_custom_ops.py" in zf.namelist()
         assert b"Requires-Dist: torch==2.8.0" in zf.read("vllm-0.11.0.dist-info/METADATA")
+
+
+def test_uv_installs_sdists_offline(upstream_packages, tmp_path):
+    """uv builds the fake sdists through their in-tree backend, with no index at all."""
+    import os
+    import pathlib
+    import subprocess
+
+    uv = pathlib.Path(__file__).resolve().parents[2] / ".venv" / "bin" / "uv"
+    python = "/usr/bin/python3.11" if os.access("/usr/bin/python3.11", os.X_OK) else None
+    if not uv.exists() or python is None:
+        pytest.skip("needs the tool venv's uv and /usr/bin/python3.11")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
+    env.update({"UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_PYTHON_PREFERENCE": "only-system"})
+    target = tmp_path / "site"
+    subprocess.run(
+        [str(uv), "pip", "install", "--python", python, "--target", str(target), "--no-deps", "--no-index",
+         str(upstream_packages / "pypi" / "vllm-0.11.0.tar.gz"),
+         str(upstream_packages / "pypi" / "llmfleet_fakedep-1.0.0.tar.gz")],
+        env=env, check=True, capture_output=True, timeout=60,
+    )
+    assert (target / "bin" / "vllm").is_file()
+    assert (target / "llmfleet_fakedep" / "__init__.py").read_text().endswith("__version__ = '1.0.0'\n")
+    assert "Requires-Dist: torch==2.8.0" in (target / "vllm-0.11.0.dist-info" / "METADATA").read_text()

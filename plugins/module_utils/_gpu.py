@@ -165,7 +165,7 @@ with warnings.catch_warnings(record=True) as caught:
         R["stage"] = None
         R["ok"] = True
     except BaseException as exc:
-        R["error"] = ("%s: %s" % (type(exc).__name__, exc)).strip()
+        R["error"] = ("%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")).strip()
         R["traceback"] = traceback.format_exc()[-3000:]
     R["warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught][:20]
 sys.stdout.write("\n" + json.dumps(R) + "\n")
@@ -450,12 +450,18 @@ def classify(text, result=None):
     lib = re.search(r"\b(lib(?:cudart|cublas\w*|cudnn\w*|nvrtc\w*|cusparse\w*|cufft\w*|nccl\w*))\.so\.(\d+)[^:\s]*: cannot open shared object file", text)
     if lib:
         major = int(lib.group(2))
+        library = "%s.so.%d" % (lib.group(1), major)
+        if major != _cuda_major(torch_cuda):
+            index = "cu130" if major >= 13 else "cu129"
+            return "cuda_runtime_mismatch", (
+                "the engine was built for CUDA %d (it looks for %s) and torch here is a %s build: "
+                "rebuild the environment with torch from the PyTorch index of the build (%s) and "
+                "check that the lock pins torch with the +%s label" % (major, library, cuda_label, index, index)
+            )
         return "cuda_runtime_mismatch", (
-            "the engine was built for CUDA %d (it looks for %s.so.%d) and torch here is a %s build: "
-            "the engine and torch come from different CUDA builds; rebuild the environment with "
-            "torch from the PyTorch index of the build (%s) and check the lock for torch's +%s label"
-            % (major, lib.group(1), major, cuda_label, "cu130" if major >= 13 else "cu129",
-               "cu130" if major >= 13 else "cu129")
+            "%s, which the engine and torch (%s) both need, is not installed in this environment: "
+            "the CUDA runtime packages (nvidia-*) are missing from the lock; rebuild the environment"
+            % (library, cuda_label)
         )
 
     if "the provided PTX was compiled with an unsupported toolchain" in text:

@@ -1,0 +1,354 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_probe
+short_description: Report a node's NVIDIA driver and GPUs, check that an engine computes on them
+version_added: 0.1.0
+description:
+  - Reports the NVIDIA driver version, the newest CUDA it supports, and every GPU with its index,
+    name, UUID, compute capability and memory, from C(nvidia-smi); and the node's glibc version
+    and machine architecture.
+  - A node without a driver (no C(nvidia-smi), or one that cannot talk to the driver) is a fact,
+    not a failure; RV(driver_version) is then null and there are no GPUs. A C(nvidia-smi) that
+    does not answer within O(timeout) fails the task.
+  - With O(python), also runs the compute check in that interpreter (an engine environment's),
+    a small computation on every visible GPU with torch, then, for O(engine=vllm), one of vLLM's
+    own compiled ops (C(vllm._custom_ops.rms_norm)). A failed check does not fail the task; it
+    is returned classified, with a hint on what to do.
+  - With O(version), also returns which build of vLLM that version this node should get
+    (O(build)), from the collection's build table; the
+    P(llmfleet.engines.engine_build_plan#filter) filter gives the same answer from these facts.
+  - Read-only; changes nothing on the node.
+author:
+  - llmfleet maintainers
+options:
+  nvidia_smi:
+    description:
+      - Path of C(nvidia-smi).
+      - When not given, C(nvidia-smi) is looked up on E(PATH) and in the sbin directories.
+      - A path that does not exist means a node without a driver.
+    type: path
+  timeout:
+    description:
+      - Seconds each C(nvidia-smi) command may take before it is stopped and the task fails.
+    type: int
+    default: 30
+  python:
+    description:
+      - Interpreter of an engine environment in which to run the compute check, for example
+        C(/opt/llmfleet/engines/vllm/current/bin/python).
+      - When not given, no compute check runs.
+    type: path
+  python_timeout:
+    description:
+      - Seconds the compute check may take (importing vLLM alone can take tens of seconds).
+    type: int
+    default: 180
+  engine:
+    description:
+      - Engine whose own compiled op the compute check calls after the torch computation.
+      - V(none) checks torch only.
+    type: str
+    default: vllm
+    choices: [vllm, none]
+  env:
+    description:
+      - Extra environment for the compute check, for example C(CUDA_VISIBLE_DEVICES).
+    type: dict
+  version:
+    description:
+      - vLLM version to choose a build for. When given, the result has RV(choice).
+    type: str
+  build:
+    description:
+      - Build asked for, used with O(version).
+      - V(auto) picks from the facts; V(cu13) and V(cu129) are honoured (with warnings when the
+        facts say the node cannot run them); V(none) means no engine on this node.
+    type: str
+    default: auto
+    choices: [auto, cu13, cu129, none]
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads; it runs the same way in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+  platform:
+    platforms: posix
+    description: Linux nodes with or without an NVIDIA driver.
+notes:
+  - Each command runs under a watchdog in the module's own Python, which kills the command's
+    process group when its time is up.
+  - Build names, and where each build of each vLLM version comes from, are described in
+    the P(llmfleet.engines.engine_builds#filter) filter.
+seealso:
+  - plugin: llmfleet.engines.engine_build_plan
+    plugin_type: filter
+  - plugin: llmfleet.engines.engine_builds
+    plugin_type: filter
+"""
+
+EXAMPLES = r"""
+- name: Read the node's driver and GPUs
+  llmfleet.engines.gpu_probe:
+  register: gpu
+
+- name: Which build of vLLM 0.20.0 this node gets
+  llmfleet.engines.gpu_probe:
+    version: "0.20.0"
+    build: auto
+  register: gpu
+
+- name: Check that the installed engine computes on every GPU
+  llmfleet.engines.gpu_probe:
+    nvidia_smi: /usr/bin/nvidia-smi
+    python: /opt/llmfleet/engines/vllm/current/bin/python
+    python_timeout: 300
+    env:
+      CUDA_VISIBLE_DEVICES: "0,1"
+  register: gpu
+
+- name: Stop when the engine cannot compute on this node
+  ansible.builtin.assert:
+    that: gpu.compute.ok
+    fail_msg: "{{ gpu.compute.classification }}: {{ gpu.compute.hint }}"
+"""
+
+RETURN = r"""
+nvidia_smi:
+  description: The C(nvidia-smi) used; null when none was found.
+  returned: always
+  type: str
+  sample: /usr/bin/nvidia-smi
+driver_version:
+  description: NVIDIA driver version; null without a working driver.
+  returned: always
+  type: str
+  sample: "580.65.06"
+cuda_version:
+  description: Newest CUDA version the driver supports; null without a working driver.
+  returned: always
+  type: str
+  sample: "13.0"
+driver_error:
+  description: Why there is no driver fact (what C(nvidia-smi) said, or that it is missing); null otherwise.
+  returned: always
+  type: str
+  sample: "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. ..."
+gpus:
+  description: Every GPU C(nvidia-smi) lists, by index.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: C(nvidia-smi)'s index.
+      type: int
+      sample: 0
+    name:
+      description: Product name.
+      type: str
+      sample: NVIDIA H100 80GB HBM3
+    uuid:
+      description: GPU UUID.
+      type: str
+      sample: GPU-36f4e36b-0246-5924-947d-ddb9ed36a908
+    compute_capability:
+      description: Compute capability, C(major.minor); null when the driver does not report it.
+      type: str
+      sample: "9.0"
+    memory_mib:
+      description: Total memory in MiB.
+      type: int
+      sample: 81559
+gpu_count:
+  description: Number of GPUs.
+  returned: always
+  type: int
+  sample: 1
+glibc:
+  description: Version of the node's GNU C library; null where the C library is not glibc.
+  returned: always
+  type: str
+  sample: "2.36"
+architecture:
+  description: Machine architecture, as C(uname -m) gives it.
+  returned: always
+  type: str
+  sample: x86_64
+compute:
+  description: The compute check's result.
+  returned: when O(python) is given
+  type: dict
+  contains:
+    ok:
+      description: Whether torch, and the engine's op, computed correctly on every visible GPU.
+      type: bool
+    python:
+      description: The interpreter that ran the check.
+      type: str
+    engine:
+      description: The engine whose op was checked, or V(none).
+      type: str
+    rc:
+      description: Exit status of the check.
+      type: int
+    timed_out:
+      description: Whether the check was stopped at O(python_timeout).
+      type: bool
+    seconds:
+      description: How long the check took.
+      type: float
+    torch:
+      description: torch's version.
+      type: str
+      sample: 2.11.0
+    torch_cuda:
+      description: The CUDA version torch was built with.
+      type: str
+      sample: "13.0"
+    arch_list:
+      description: GPU architectures torch has kernels for.
+      type: list
+      elements: str
+      sample: [sm_80, sm_90, sm_100]
+    devices:
+      description: Each GPU torch sees, with C(index), C(name), C(capability) and C(ok).
+      type: list
+      elements: dict
+    engine_op:
+      description: The engine's op check (C(name), C(version), C(op), C(ok)); null when not reached or O(engine=none).
+      type: dict
+    stage:
+      description: Where the check failed; null when it passed.
+      type: str
+      sample: vllm._custom_ops.rms_norm on GPU 0
+    error:
+      description: The error, first line; null when the check passed.
+      type: str
+      sample: "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    classification:
+      description: Kind of failure; null when the check passed.
+      type: str
+      sample: no_kernel_image
+      choices: [no_kernel_image, unsupported_ptx, driver_too_old, cuda_runtime_mismatch, glibc, no_device, other]
+    hint:
+      description: What to do about the failure; null when the check passed.
+      type: str
+      sample: "this build has no kernels for this GPU: set engine_node_build to cu129 for this node"
+    output:
+      description: What else the interpreter printed (its end), kept for the error message.
+      type: str
+choice:
+  description: The build of O(version) for this node, as the build table and policy decide.
+  returned: when O(version) is given
+  type: dict
+  contains:
+    version:
+      description: The vLLM version.
+      type: str
+    requested:
+      description: The O(build) asked for.
+      type: str
+    build:
+      description: The build chosen, V(cu13), V(cu129) or V(none).
+      type: str
+      sample: cu129
+    default:
+      description: The build of the version's PyPI wheel.
+      type: str
+      sample: cu13
+    runnable:
+      description: For V(cu13) and V(cu129), whether the facts allow this node to run it.
+      type: dict
+      sample: {cu13: false, cu129: true}
+    reasons:
+      description: For V(cu13) and V(cu129), why this node cannot run it (empty when it can).
+      type: dict
+      sample: {cu13: ["driver 535.104.05 is older than 580, which CUDA 13 needs"], cu129: []}
+    why:
+      description: The choice in one sentence.
+      type: str
+    skip_gpu_check:
+      description: True when there is no GPU to check on (no driver, no GPU, or build V(none)).
+      type: bool
+    warnings:
+      description: Why an explicitly requested build may not run here.
+      type: list
+      elements: str
+    source:
+      description: >-
+        Where the chosen build comes from (C(origin) pypi or github, C(cuda), C(requirement),
+        C(github) repo, tag and asset C(pattern), C(torch_index), C(torch_label), C(requires));
+        null for V(none). See the P(llmfleet.engines.engine_builds#filter) filter.
+      type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _builds, _gpu
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi=dict(type="path"),
+            timeout=dict(type="int", default=30),
+            python=dict(type="path"),
+            python_timeout=dict(type="int", default=180),
+            engine=dict(type="str", default="vllm", choices=["vllm", "none"]),
+            env=dict(type="dict"),
+            version=dict(type="str"),
+            build=dict(type="str", default="auto", choices=list(_builds.REQUESTS)),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    for name in ("timeout", "python_timeout"):
+        if params[name] < 1:
+            module.fail_json(msg="%s must be at least 1 second, not %d" % (name, params[name]))
+
+    nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
+    try:
+        facts = _gpu.gather_facts(module.run_command, nvidia_smi, params["timeout"])
+    except _gpu.GpuError as exc:
+        module.fail_json(msg="reading the node's GPUs: %s" % exc)
+    result = dict(changed=False, **facts)
+
+    if params["version"] is not None:
+        try:
+            result["choice"] = _builds.choose(facts, params["version"], params["build"])
+        except (_builds.BuildTableError, _builds.BuildRequestError) as exc:
+            module.fail_json(msg="choosing the build of vLLM %s: %s" % (params["version"], exc), **result)
+        for warning in result["choice"]["warnings"]:
+            module.warn(warning)
+
+    if params["python"]:
+        python = params["python"]
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            module.fail_json(
+                msg="python %s is not an executable file: give the interpreter of an engine "
+                "environment, such as /opt/llmfleet/engines/vllm/current/bin/python" % python,
+                **result
+            )
+        env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
+        result["compute"] = _gpu.compute_check(
+            module.run_command, python, params["python_timeout"], env=env, engine=params["engine"]
+        )
+        if not result["compute"]["ok"]:
+            module.warn(_gpu.failure_message(result["compute"]))
+
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -68,7 +68,7 @@ def tasks_in(examples) -> list[dict]:
 
 
 def ansible_doc(kind: str, name: str) -> list[str]:
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_COLLECTIONS_PATH=str(REPO / "build" / "collections"))
     result = subprocess.run(
         [str(pathlib.Path(sys.executable).parent / "ansible-doc"), "-t", kind, name],
         capture_output=True, text=True, env=env, check=False,
@@ -91,9 +91,14 @@ def main() -> int:
             if not docs.get(section, "").strip():
                 problems.append(f"{fqcn}: {section} is missing or empty")
         problems.extend(ansible_doc("module", fqcn))
-        spec = (yaml.safe_load(docs.get("DOCUMENTATION") or "{}") or {}).get("options", {})
+        try:
+            spec = (yaml.safe_load(docs.get("DOCUMENTATION") or "{}") or {}).get("options", {})
+            examples = yaml.safe_load(docs.get("EXAMPLES") or "[]")
+        except yaml.YAMLError as exc:
+            problems.append(f"{fqcn}: DOCUMENTATION or EXAMPLES is not valid YAML: {exc}")
+            continue
         calls = 0
-        for task in tasks_in(yaml.safe_load(docs.get("EXAMPLES") or "[]")):
+        for task in tasks_in(examples):
             for key in (fqcn, module):
                 if key in task:
                     if key == module:

@@ -241,7 +241,8 @@ def main():
             module.fail_json(
                 msg="%s is yanked on %s%s: its publisher withdrew it. Pick another version, or set "
                     "allow_yanked: true to use it knowingly" % (what, p["index_url"], reason),
-                changed=False, **result)
+                changed=False, yanked=True, yanked_reason=result["yanked_reason"], source=result["source"],
+                source_url=result["source_url"])
         module.warn("%s is yanked on %s%s; used because allow_yanked is true" % (what, p["index_url"], reason))
     module.exit_json(changed=False, **result)
 

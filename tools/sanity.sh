@@ -16,7 +16,7 @@ print(re.search(r"pip='([0-9.]+)'", src.read_text()).group(1))
 PY
 )
 mkdir -p ~/.ansible/test/cache
-cp "$repo/tools/get_pip_standin.py" ~/.ansible/test/cache/get_pip_${pip_version//./_}.py
+cp "$repo/tools/get_pip_standin.py" ~/.ansible/test/cache/"get_pip_${pip_version//./_}.py"
 
 rm -rf "$dest"
 mkdir -p "$dest"

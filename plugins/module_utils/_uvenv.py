@@ -174,7 +174,7 @@ def tail(text, lines=TAIL_LINES):
     uv explains a failed resolution over several lines; the last alone rarely says why.
     """
     kept = [line.strip() for line in (text or "").strip().splitlines() if line.strip()]
-    return " / ".join(kept[-lines:])
+    return " / ".join(kept[-lines:]).rstrip(".")
 
 
 def parse_uv_version(output):
@@ -1048,12 +1048,18 @@ class EngineEnv:
                 with open(lock_file, encoding="utf-8") as handle:
                     entries = parse_lock(handle.read())
                 problems = check_engine(entries, p["engine"], p["version"], p.get("wheel"))
-                problems += check_expect(entries, p.get("expect"))
-                if problems:
+                unmet = check_expect(entries, p.get("expect"))
+                if problems or unmet:
+                    hint = ""
+                    if unmet:
+                        hint = (" If the index that should supply it publishes no upload times, "
+                                "exclude_newer drops its files: lift the cut-off for that package "
+                                "with exclude_newer_package (e.g. {torch: false}).")
                     raise LockMismatch(
                         "the lock for %s is not what was asked: %s. Nothing was installed; the "
-                        "environment at %s is unchanged." % (self._label(), "; ".join(problems), self.path),
-                        problems=problems, packages=lock_versions(entries))
+                        "environment at %s is unchanged.%s"
+                        % (self._label(), "; ".join(problems + unmet), self.path, hint),
+                        problems=problems + unmet, packages=lock_versions(entries))
             with timed("install"):
                 uv("install", install_argv(self.uv, python_bin, lock_file, indexes), InstallFailed,
                    "installing the lock of %s (%d packages) into %s" % (self._label(), len(entries), self.partial))
@@ -1126,7 +1132,7 @@ class EngineEnv:
             if res.timed_out or res.rc != 0:
                 raise VerifyFailed(
                     "%s is installed in %s but verify_command %s %s: %s. The environment at %s "
-                    "is unchanged." % (self._label(), self.partial, argv,
+                    "is unchanged." % (self._label(), self.partial, " ".join(p["verify_command"]),
                                        "timed out" if res.timed_out else "exited %s" % res.rc,
                                        tail(res.output) or "no output", self.path),
                     verify_output=tail(res.output))
@@ -1215,4 +1221,6 @@ class _Step:
 
 
 def _num(value):
-    return ("%g" % value) if isinstance(value, float) else str(value)
+    """1000000.0 -> ``1000000``, 2.5 -> ``2.5`` (no exponent)."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else ("%.3f" % value).rstrip("0")

@@ -1,0 +1,284 @@
+"""_builds: the build table against FACTS.md's tables, asset patterns, and the choice policy."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+from tests.upstream.catalog import RELEASES
+
+# FACTS.md, "vLLM publishes its CUDA builds differently by version": one row per version tried,
+# (version, PyPI build, PyPI CUDA, GitHub build, GitHub asset label = torch index, GitHub CUDA).
+PUBLISHED = [
+    ("0.20.0", "cu13", "13.0", "cu129", "cu129", "12.9"),
+    ("0.20.1", "cu13", "13.0", "cu129", "cu129", "12.9"),
+    ("0.23.4", "cu13", "13.0", "cu129", "cu129", "12.9"),
+    ("1.0.0", "cu13", "13.0", "cu129", "cu129", "12.9"),
+    ("0.12.0", "cu129", "12.9", "cu13", "cu130", "13.0"),
+    ("0.15.1", "cu129", "12.9", "cu13", "cu130", "13.0"),
+    ("0.19.2", "cu129", "12.9", "cu13", "cu130", "13.0"),
+    ("0.11.1", "cu129", "12.9", "cu13", "cu130", "13.0"),
+    ("0.11.2", "cu129", "12.9", "cu13", "cu130", "13.0"),
+    ("0.11.0", "cu129", "12.8", None, None, None),
+]
+
+
+@pytest.mark.parametrize("version, pypi, pypi_cuda, github, label, github_cuda", PUBLISHED)
+def test_table_matches_facts(version, pypi, pypi_cuda, github, label, github_cuda):
+    table = _builds.builds(version, "x86_64")
+    assert _builds.default_build(version) == pypi
+    src = table[pypi]
+    assert (src["origin"], src["cuda"], src["default"]) == ("pypi", pypi_cuda, True)
+    assert src["requirement"] == "vllm==" + version
+    assert src["github"] is None and src["torch_index"] is None and src["torch_label"] is None
+    if github is None:
+        assert sorted(table) == [pypi]
+        return
+    assert sorted(table) == sorted([pypi, github])
+    gh = table[github]
+    assert (gh["origin"], gh["cuda"], gh["default"], gh["requirement"]) == ("github", github_cuda, False, None)
+    assert gh["torch_index"] == label
+    assert gh["torch_label"] == "+" + label
+    assert gh["github"]["repo"] == "vllm-project/vllm"
+    assert gh["github"]["tag"] == "v" + version
+    assert re.match(gh["github"]["pattern"], "vllm-%s+%s-cp38-abi3-manylinux_2_28_x86_64.whl" % (version, label))
+
+
+# FACTS.md, "What a node can run": (build, driver, compute capability, runs?, reason fragment).
+CAN_RUN = [
+    ("cu13", "580.65.06", "9.0", True, None),
+    ("cu13", "580", "7.5", True, None),
+    ("cu13", "590.12", "12.0", True, None),
+    ("cu13", "575.51.03", "9.0", False, "driver 575.51.03 is older than 580, which CUDA 13 needs"),
+    ("cu13", "535.104.05", "8.0", False, "driver 535.104.05 is older than 580, which CUDA 13 needs"),
+    ("cu13", "580.65.06", "7.0", False, "compute capability 7.0, below 7.5, which CUDA 13 builds"),
+    ("cu13", "580.65.06", "6.1", False, "compute capability 6.1, below 7.5"),
+    ("cu129", "525.60.13", "8.0", True, None),
+    ("cu129", "535.104.05", "7.5", True, None),
+    ("cu129", "580.65.06", "9.0", True, None),
+    ("cu129", "525.60.12", "8.0", False, "driver 525.60.12 is older than 525.60.13, which CUDA 12 needs"),
+    ("cu129", "470.82.01", "8.0", False, "driver 470.82.01 is older than 525.60.13, which CUDA 12 needs"),
+    ("cu129", "535.104.05", "7.0", False, "compute capability 7.0, below 7.5, which CUDA 12 builds"),
+]
+
+
+@pytest.mark.parametrize("build, driver, cap, runs, reason", CAN_RUN)
+def test_what_a_node_can_run(build, driver, cap, runs, reason):
+    # 0.20.0 publishes both builds; 0.15.1 too, from the other places: same requirements
+    for version in ("0.20.0", "0.15.1"):
+        facts = {"driver_version": driver, "architecture": "x86_64",
+                 "gpus": [{"index": 0, "name": "GPU", "compute_capability": cap}]}
+        choice = _builds.choose(facts, version, "auto")
+        assert choice["runnable"][build] is runs
+        if runs:
+            assert choice["reasons"][build] == []
+        else:
+            assert any(reason in text for text in choice["reasons"][build]), choice["reasons"][build]
+
+
+ASSETS = [
+    # (version, label, arch, name, selected?)
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", True),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux1_x86_64.whl", True),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux2014_x86_64.whl", True),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_35_x86_64.whl", True),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl", True),
+    ("0.20.0", "cu129", "aarch64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_aarch64.whl", True),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_aarch64.whl", False),
+    ("0.20.0", "cu129", "aarch64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu130-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0.tar.gz", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.01+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-10.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.20.0", "cu129", "x86_64", "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl.sha256", False),
+    ("0.20.0", "cu129", "x86_64", "vllm_other-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", False),
+    ("0.15.1", "cu130", "x86_64", "vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_x86_64.whl", True),
+    ("0.15.1", "cu130", "x86_64", "vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_aarch64.whl", False),
+]
+
+
+@pytest.mark.parametrize("version, label, arch, name, selected", ASSETS)
+def test_asset_pattern(version, label, arch, name, selected):
+    pattern = _builds.asset_pattern(version, label, arch)
+    assert bool(re.search(pattern, name)) is selected
+
+
+def test_patterns_select_one_asset_of_each_fake_release():
+    """Against the fake upstream's GitHub releases: each (build, arch) pattern picks exactly one."""
+    checked = 0
+    for row in RELEASES:
+        if row["where"] != "github":
+            continue
+        names = [f["filename"] for f in row["files"]]
+        for arch in ("x86_64", "aarch64"):
+            for build in _builds.builds(row["version"], arch).values():
+                if build["origin"] != "github":
+                    continue
+                hits = [n for n in names if re.search(build["github"]["pattern"], n)]
+                wanted = [n for n in names if "+%s-" % build["torch_index"] in n and n.endswith("_%s.whl" % arch)]
+                assert hits == wanted and len(hits) <= 1, (row["tag"], arch, hits)
+                checked += len(hits)
+    assert checked >= 4
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.9.0", "0.1"])
+def test_versions_before_the_table_are_refused(version):
+    with pytest.raises(_builds.BuildTableError, match="older than the oldest version the build table knows"):
+        _builds.choose({}, version, "auto")
+
+
+@pytest.mark.parametrize("version", ["", "latest", "x.y", None])
+def test_unreadable_versions_are_refused(version):
+    with pytest.raises(_builds.BuildTableError, match="is not a version number"):
+        _builds.builds(version)
+
+
+@pytest.mark.parametrize("version, release", [("v0.20.0", (0, 20, 0)), ("0.20", (0, 20, 0)),
+                                              ("0.20.0rc1", (0, 20, 0)), ("0.11.0.post1", (0, 11, 0))])
+def test_release_numbers(version, release):
+    assert _builds.release(version) == release
+
+
+# --- the choice ---------------------------------------------------------------------------
+
+
+def gpu(index, name, cap):
+    return {"index": index, "name": name, "uuid": "GPU-%d" % index, "compute_capability": cap, "memory_mib": 1}
+
+
+H100 = gpu(0, "NVIDIA H100 80GB HBM3", "9.0")
+A100 = gpu(0, "NVIDIA A100-SXM4-80GB", "8.0")
+T4 = gpu(1, "Tesla T4", "7.5")
+V100 = gpu(1, "Tesla V100-SXM2-32GB", "7.0")
+
+
+def node(driver, *gpus, arch="x86_64"):
+    return {"driver_version": driver, "cuda_version": None, "gpus": list(gpus), "architecture": arch}
+
+
+CHOICES = [
+    # (facts, version, requested, build, origin, skip_gpu_check)
+    (node("580.65.06", H100), "0.20.0", "auto", "cu13", "pypi", False),
+    (node("580.65.06", H100), "0.15.1", "auto", "cu129", "pypi", False),
+    (node("580.65.06", H100), "0.11.0", "auto", "cu129", "pypi", False),
+    (node("535.104.05", A100), "0.20.0", "auto", "cu129", "github", False),
+    (node("535.104.05", A100), "0.15.1", "auto", "cu129", "pypi", False),
+    (node("550.54.15", dict(T4, index=0)), "0.20.0", "auto", "cu129", "github", False),
+    (node("580.65.06", H100, T4), "0.20.0", "auto", "cu13", "pypi", False),
+    (node("535.104.05", dict(V100, index=0)), "0.20.0", "auto", "none", None, True),
+    (node("535.104.05", A100, V100), "0.20.0", "auto", "none", None, True),
+    (node("580.65.06", H100, V100), "0.15.1", "auto", "none", None, True),
+    (node(None), "0.20.0", "auto", "cu13", "pypi", True),
+    (node(None), "0.15.1", "auto", "cu129", "pypi", True),
+    (node(None), "0.11.0", "auto", "cu129", "pypi", True),
+    (node("580.65.06"), "0.20.0", "auto", "cu13", "pypi", True),
+    (node("535.104.05"), "0.20.0", "auto", "cu129", "github", True),
+    (node("580.65.06", H100), "0.20.0", "cu129", "cu129", "github", False),
+    (node("580.65.06", H100), "0.15.1", "cu13", "cu13", "github", False),
+    (node("580.65.06", H100), "0.20.0", "none", "none", None, True),
+    (node("535.104.05", A100), "0.20.0", None, "cu129", "github", False),
+]
+
+
+@pytest.mark.parametrize("facts, version, requested, build, origin, skip", CHOICES)
+def test_choose(facts, version, requested, build, origin, skip):
+    choice = _builds.choose(facts, version, requested)
+    assert choice["build"] == build
+    assert choice["skip_gpu_check"] is skip
+    if origin is None:
+        assert choice["source"] is None
+    else:
+        assert choice["source"]["origin"] == origin
+        assert choice["source"]["build"] == build
+    assert choice["version"] == version
+    assert choice["requested"] == (requested or "auto")
+
+
+def test_the_reason_is_said_in_words():
+    choice = _builds.choose(node("535.104.05", A100), "0.20.0")
+    assert choice["runnable"] == {"cu13": False, "cu129": True}
+    assert choice["reasons"] == {"cu13": ["driver 535.104.05 is older than 580, which CUDA 13 needs"], "cu129": []}
+    assert choice["default"] == "cu13"
+    assert "cannot run vLLM 0.20.0's default build cu13" in choice["why"]
+    assert "cu129 (CUDA 12.9, from the GitHub release)" in choice["why"]
+
+
+def test_mixed_gpus_are_judged_by_the_weakest():
+    choice = _builds.choose(node("535.104.05", A100, V100), "0.20.0")
+    assert choice["build"] == "none"
+    assert choice["reasons"]["cu129"] == [
+        "GPU 1 (Tesla V100-SXM2-32GB) has compute capability 7.0, below 7.5, which CUDA 12 builds of vLLM need"
+    ]
+    assert "no build of vLLM 0.20.0 runs on this node" in choice["why"]
+    assert "Tesla V100-SXM2-32GB" in choice["why"]
+
+
+def test_several_gpus_below_the_floor_name_the_weakest_and_count_the_rest():
+    gpus = [gpu(0, "Tesla V100-SXM2-32GB", "7.0"), gpu(1, "Tesla P100-PCIE-16GB", "6.0"),
+            gpu(2, "Tesla V100-SXM2-32GB", "7.0")]
+    choice = _builds.choose(node("535.104.05", *gpus), "0.15.1")
+    assert choice["reasons"]["cu129"] == [
+        "GPU 1 (Tesla P100-PCIE-16GB) has compute capability 6.0 (and 2 more GPUs below it), "
+        "below 7.5, which CUDA 12 builds of vLLM need"
+    ]
+
+
+def test_no_driver_takes_the_pypi_build_and_skips_the_gpu_check():
+    choice = _builds.choose({"driver_version": None, "gpus": [], "architecture": "x86_64"}, "0.20.0")
+    assert choice["build"] == "cu13" and choice["source"]["origin"] == "pypi"
+    assert choice["skip_gpu_check"] is True
+    assert choice["why"] == (
+        "no NVIDIA driver on this node: vLLM 0.20.0's default build cu13 (CUDA 13.0, from PyPI); "
+        "the GPU check will be skipped"
+    )
+
+
+def test_an_explicit_build_is_honoured_with_warnings():
+    choice = _builds.choose(node("535.104.05", A100), "0.20.0", "cu13")
+    assert choice["build"] == "cu13"
+    assert choice["warnings"] == [
+        "build cu13 was asked for, but this node may not run it: "
+        "driver 535.104.05 is older than 580, which CUDA 13 needs"
+    ]
+
+
+def test_an_explicit_build_the_version_does_not_publish_is_refused():
+    with pytest.raises(_builds.BuildRequestError, match=r"vLLM 0.11.0 publishes no cu13 build .*choose cu129, auto or none"):
+        _builds.choose(node("580.65.06", H100), "0.11.0", "cu13")
+
+
+def test_cu13_of_0_11_0_is_reported_as_not_published():
+    choice = _builds.choose(node("580.65.06", H100), "0.11.0")
+    assert choice["runnable"]["cu13"] is False
+    assert choice["reasons"]["cu13"] == ["vLLM 0.11.0 publishes no CUDA 13 build"]
+    assert choice["source"]["cuda"] == "12.8"
+
+
+@pytest.mark.parametrize("requested", ["cu12", "cu130", "CU13", "gpu", ""])
+def test_unknown_requests_are_refused(requested):
+    with pytest.raises(_builds.BuildRequestError, match="is not one of auto, cu13, cu129, none"):
+        _builds.choose(node("580.65.06", H100), "0.20.0", requested)
+
+
+@pytest.mark.parametrize("arch, expect", [("aarch64", "_aarch64"), ("arm64", "_aarch64"), ("amd64", "_x86_64")])
+def test_the_asset_pattern_follows_the_node_architecture(arch, expect):
+    choice = _builds.choose(node("535.104.05", A100, arch=arch), "0.20.0")
+    assert choice["source"]["github"]["pattern"].endswith(expect + r"\.whl$")
+
+
+def test_an_architecture_without_github_wheels_rules_the_github_build_out():
+    choice = _builds.choose(node("535.104.05", A100, arch="ppc64le"), "0.20.0")
+    assert choice["build"] == "none"
+    assert any("machine architecture ppc64le" in r for r in choice["reasons"]["cu129"])
+    # the PyPI build is not affected: it is the index's business to have a wheel
+    assert _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.20.0")["build"] == "cu13"
+
+
+def test_choose_does_not_change_its_input():
+    facts = node("535.104.05", A100, V100)
+    before = repr(facts)
+    _builds.choose(facts, "0.20.0")
+    assert repr(facts) == before

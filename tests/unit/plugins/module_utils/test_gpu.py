@@ -1,0 +1,490 @@
+"""_gpu: nvidia-smi parsing, facts, the watchdog, the compute check and its classifier."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import zipfile
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
+SMI_CASES = FIXTURES / "nvidia-smi"
+FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
+
+
+def run_command(argv, environ_update=None):
+    """What AnsibleModule.run_command does, for the argv-list case: (rc, stdout, stderr)."""
+    env = dict(os.environ)
+    env.update(environ_update or {})
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+class Canned:
+    """A run_command that answers from a script and records what it was asked to run."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, argv, environ_update=None):
+        self.calls.append((argv, environ_update))
+        return self.answers.pop(0)
+
+    def commands(self):
+        """The commands inside the watchdog wrapper."""
+        return [argv[4:] for argv, _env in self.calls]
+
+
+# --- parsing the captured outputs ---------------------------------------------------------
+
+# case: (driver, cuda, [(name, compute capability, MiB), ...])
+NODES = {
+    "h100-580": ("580.65.06", "13.0", [("NVIDIA H100 80GB HBM3", "9.0", 81559)]),
+    "h200-580": ("580.82.07", "13.0", [("NVIDIA H200", "9.0", 143771)]),
+    "a100-535": ("535.104.05", "12.2", [("NVIDIA A100-SXM4-80GB", "8.0", 81920)]),
+    "t4-550": ("550.54.15", "12.4", [("Tesla T4", "7.5", 15360)]),
+    "v100-535": ("535.104.05", "12.2", [("Tesla V100-SXM2-32GB", "7.0", 32768)]),
+    "mixed-a100-v100-535": ("535.104.05", "12.2", [("NVIDIA A100-SXM4-40GB", "8.0", 40960),
+                                                   ("Tesla V100-SXM2-32GB", "7.0", 32768)]),
+    "mixed-h100-t4-580": ("580.65.06", "13.0", [("NVIDIA H100 80GB HBM3", "9.0", 81559), ("Tesla T4", "7.5", 15360)]),
+    "8xh100-580": ("580.65.06", "13.0", [("NVIDIA H100 80GB HBM3", "9.0", 81559)] * 8),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NODES))
+def test_parse_query_of_each_captured_node(case):
+    driver, _cuda, gpus = NODES[case]
+    got_driver, got = _gpu.parse_query((SMI_CASES / case / "query-gpu.csv").read_text())
+    assert got_driver == driver
+    assert [(g["name"], g["compute_capability"], g["memory_mib"]) for g in got] == gpus
+    assert [g["index"] for g in got] == list(range(len(gpus)))
+    assert all(g["uuid"].startswith("GPU-") and len(g["uuid"]) == 40 for g in got)
+    assert len({g["uuid"] for g in got}) == len(got)
+
+
+@pytest.mark.parametrize("case", sorted(NODES))
+def test_parse_xml_of_each_captured_node(case):
+    driver, cuda, gpus = NODES[case]
+    info = _gpu.parse_xml((SMI_CASES / case / "q-x.xml").read_text())
+    assert info == {"driver_version": driver, "cuda_version": cuda, "attached_gpus": len(gpus)}
+
+
+def test_parse_query_keeps_a_name_with_a_comma_and_sorts_by_index():
+    text = "1, NVIDIA A100, PCIe, GPU-b, 8.0, 40960, 535.104.05\n0, Tesla T4, GPU-a, [N/A], [N/A], 535.104.05\n"
+    driver, gpus = _gpu.parse_query(text)
+    assert driver == "535.104.05"
+    assert gpus == [
+        {"index": 0, "name": "Tesla T4", "uuid": "GPU-a", "compute_capability": None, "memory_mib": None},
+        {"index": 1, "name": "NVIDIA A100, PCIe", "uuid": "GPU-b", "compute_capability": "8.0", "memory_mib": 40960},
+    ]
+
+
+@pytest.mark.parametrize("text", ["0, Tesla T4, GPU-a\n", "x, Tesla T4, GPU-a, 7.5, 15360, 550.54.15\n"])
+def test_parse_query_refuses_lines_it_cannot_read(text):
+    with pytest.raises(_gpu.NvidiaSmiError, match="nvidia-smi printed a line"):
+        _gpu.parse_query(text)
+
+
+def test_parse_xml_tolerates_a_warning_before_the_document():
+    xml = (SMI_CASES / "a100-535" / "q-x.xml").read_text()
+    assert _gpu.parse_xml("WARNING: infoROM is corrupted at gpu 0000:18:00.0\n" + xml)["cuda_version"] == "12.2"
+
+
+@pytest.mark.parametrize("text, match", [("Unknown Error\n", "printed no XML"), ("<nvidia_smi_log><driver", "does not parse")])
+def test_parse_xml_refuses_what_is_not_its_xml(text, match):
+    with pytest.raises(_gpu.NvidiaSmiError, match=match):
+        _gpu.parse_xml(text)
+
+
+# --- facts through a canned runner --------------------------------------------------------
+
+QUERY = _gpu.query_argv("/usr/bin/nvidia-smi")
+XML = ["/usr/bin/nvidia-smi", "-q", "-x"]
+A100_CSV = (SMI_CASES / "a100-535" / "query-gpu.csv").read_text()
+A100_XML = (SMI_CASES / "a100-535" / "q-x.xml").read_text()
+NOT_ANSWERING = (SMI_CASES / "not-responding" / "fail.txt").read_text()
+
+
+@pytest.fixture
+def smi_path(monkeypatch):
+    """Make /usr/bin/nvidia-smi look present and executable, whatever this machine has."""
+    real_exists, real_access, real_isdir = os.path.exists, os.access, os.path.isdir
+    target = "/usr/bin/nvidia-smi"
+    monkeypatch.setattr(_gpu.os.path, "exists", lambda p: p == target or real_exists(p))
+    monkeypatch.setattr(_gpu.os, "access", lambda p, m: p == target or real_access(p, m))
+    monkeypatch.setattr(_gpu.os.path, "isdir", lambda p: False if p == target else real_isdir(p))
+    return target
+
+
+def test_facts_ask_both_commands_through_the_watchdog(smi_path):
+    runner = Canned((0, A100_CSV, ""), (0, A100_XML, ""))
+    facts = _gpu.gather_facts(runner, smi_path, timeout=7)
+    assert runner.commands() == [
+        [smi_path, "--query-gpu=index,name,uuid,compute_cap,memory.total,driver_version",
+         "--format=csv,noheader,nounits"],
+        XML,
+    ]
+    for argv, _env in runner.calls:
+        assert argv[:2] == [sys.executable, "-c"] and argv[2] == _gpu.WATCHDOG_SCRIPT and argv[3] == "7"
+    assert facts["driver_version"] == "535.104.05" and facts["cuda_version"] == "12.2"
+    assert facts["gpu_count"] == 1 and facts["gpus"][0]["compute_capability"] == "8.0"
+    assert facts["driver_error"] is None and facts["nvidia_smi"] == smi_path
+
+
+@pytest.mark.parametrize("rc, out", [(9, NOT_ANSWERING), (12, "NVML Shared Library Not Found\n"),
+                                     (6, "No devices were found\n"), (255, NOT_ANSWERING)])
+def test_a_driver_that_does_not_answer_is_a_fact(smi_path, rc, out):
+    runner = Canned((rc, out, ""))
+    facts = _gpu.gather_facts(runner, smi_path)
+    assert facts["driver_version"] is None and facts["gpus"] == [] and facts["gpu_count"] == 0
+    assert facts["driver_error"] == out.strip()
+    assert len(runner.calls) == 1
+
+
+def test_an_old_driver_without_compute_cap_is_asked_again_without_it(smi_path):
+    runner = Canned((2, 'Field "compute_cap" is not a valid field to query.\n\n', ""),
+                    (0, "0, Tesla K80, GPU-k, 11441, 470.82.01\n", ""), (0, A100_XML, ""))
+    facts = _gpu.gather_facts(runner, smi_path)
+    assert runner.commands()[1][1] == "--query-gpu=index,name,uuid,memory.total,driver_version"
+    assert facts["gpus"] == [{"index": 0, "name": "Tesla K80", "uuid": "GPU-k", "compute_capability": None,
+                              "memory_mib": 11441}]
+
+
+def test_other_nvidia_smi_failures_are_errors(smi_path):
+    lost = "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error\n"
+    with pytest.raises(_gpu.NvidiaSmiError, match=r"exited 15: Unable to determine the device handle"):
+        _gpu.gather_facts(Canned((15, lost, "")), smi_path)
+    with pytest.raises(_gpu.NvidiaSmiError, match=r"-q -x exited 3"):
+        _gpu.gather_facts(Canned((0, A100_CSV, ""), (3, "Not Supported\n", "")), smi_path)
+
+
+def test_a_hanging_nvidia_smi_is_an_error_that_says_so(smi_path):
+    runner = Canned((124, "", "\nllmfleet-watchdog: timed out after 5 s\n"))
+    with pytest.raises(_gpu.NvidiaSmiTimeout, match=r"did not answer within 5 s: the driver or a GPU may be hung"):
+        _gpu.gather_facts(runner, smi_path, timeout=5)
+
+
+def test_exit_124_of_nvidia_smi_itself_is_not_a_timeout(smi_path):
+    with pytest.raises(_gpu.NvidiaSmiError, match="exited 124"):
+        _gpu.gather_facts(Canned((124, "weird\n", "")), smi_path, timeout=5)
+
+
+def test_no_nvidia_smi_is_a_fact_and_runs_nothing(tmp_path):
+    runner = Canned()
+    facts = _gpu.gather_facts(runner, None)
+    assert facts["driver_version"] is None and facts["gpus"] == []
+    assert "no nvidia-smi on this node" in facts["driver_error"]
+    missing = str(tmp_path / "nvidia-smi")
+    facts = _gpu.gather_facts(runner, missing)
+    assert facts["driver_error"] == "%s does not exist" % missing and facts["nvidia_smi"] == missing
+    assert runner.calls == []
+
+
+def test_a_directory_given_as_nvidia_smi_is_an_error(tmp_path):
+    with pytest.raises(_gpu.NvidiaSmiError, match="is not an executable file"):
+        _gpu.gather_facts(Canned(), str(tmp_path))
+
+
+def test_glibc_and_architecture_are_always_reported():
+    facts = _gpu.gather_facts(Canned(), None)
+    libc = os.confstr("CS_GNU_LIBC_VERSION")
+    assert facts["glibc"] == (libc.split()[1] if libc and libc.startswith("glibc") else None)
+    assert facts["architecture"] == os.uname().machine
+
+
+# --- facts from the fake nvidia-smi, run for real ------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(NODES))
+def test_facts_from_the_fake_nvidia_smi(monkeypatch, case):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / case))
+    facts = _gpu.gather_facts(run_command, FAKE_SMI, timeout=20)
+    driver, cuda, gpus = NODES[case]
+    assert (facts["driver_version"], facts["cuda_version"], facts["gpu_count"]) == (driver, cuda, len(gpus))
+    assert [(g["name"], g["compute_capability"], g["memory_mib"]) for g in facts["gpus"]] == gpus
+
+
+def test_not_responding_from_the_fake_nvidia_smi(monkeypatch):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / "not-responding"))
+    facts = _gpu.gather_facts(run_command, FAKE_SMI, timeout=20)
+    assert facts["driver_version"] is None and facts["gpus"] == []
+    assert facts["driver_error"].startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
+
+
+def test_hanging_fake_nvidia_smi_is_cut_off(monkeypatch):
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / "hanging"))
+    started = time.monotonic()
+    with pytest.raises(_gpu.NvidiaSmiTimeout, match="did not answer within 1 s"):
+        _gpu.gather_facts(run_command, FAKE_SMI, timeout=1)
+    assert time.monotonic() - started < 10
+
+
+# --- the watchdog -------------------------------------------------------------------------
+
+
+def test_the_watchdog_passes_exit_status_and_output_through():
+    rc, out, err, timed_out, _s = _gpu.run_bounded(
+        run_command, [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"], 20)
+    assert (rc, out, err, timed_out) == (3, "out\n", "err", False)
+
+
+def test_the_watchdog_reports_a_signal_like_a_shell():
+    rc, _out, _err, timed_out, _s = _gpu.run_bounded(
+        run_command, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 20)
+    assert (rc, timed_out) == (137, False)
+
+
+def test_the_watchdog_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '120'])\n"
+        "open(sys.argv[1], 'w').write(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+    started = time.monotonic()
+    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, [sys.executable, "-c", code, str(pidfile)], 1)
+    assert (rc, timed_out) == (124, True)
+    assert "llmfleet-watchdog" not in err
+    assert 1 <= seconds < 10 and time.monotonic() - started < 10
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = pathlib.Path("/proc/%d/status" % pid).read_text()
+        except FileNotFoundError:
+            break
+        if "\nState:\tZ" in state:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the grandchild %d outlived the timeout" % pid)
+
+
+def test_a_missing_command_is_127():
+    rc, _out, err, timed_out, _s = _gpu.run_bounded(run_command, ["/nonexistent/nvidia-smi"], 5)
+    assert (rc, timed_out) == (127, False) and "/nonexistent/nvidia-smi" in err
+
+
+def test_scripts_hold_nothing_run_command_would_expand():
+    # AnsibleModule.run_command expands $VARS and ~ in argv items by default
+    for script in (_gpu.WATCHDOG_SCRIPT, _gpu.COMPUTE_CHECK_SCRIPT):
+        assert "$" not in script
+        assert not script.startswith("~")
+
+
+# --- the classifier -----------------------------------------------------------------------
+
+NO_KERNEL = "RuntimeError: CUDA error: no kernel image is available for execution on the device\nCUDA kernel errors might"
+PTX = "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain."
+DRIVER_OLD = ("UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 12020). "
+              "Please update your GPU driver")
+INSUFFICIENT = "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version"
+CUDART13 = "ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"
+CUDART12 = "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
+GLIBC = ("ImportError: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found "
+         "(required by /venv/lib/python3.11/site-packages/vllm/_C.abi3.so)")
+H100_DEV = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0"}]
+V100_DEV = [{"index": 0, "name": "NVIDIA A100", "capability": "8.0"}, {"index": 1, "name": "Tesla V100", "capability": "7.0"}]
+
+CLASSES = [
+    # (text, torch_cuda, devices, classification, hint fragment)
+    (NO_KERNEL, "13.0", H100_DEV, "no_kernel_image",
+     "this build has no kernels for this GPU: set engine_node_build to cu129 for this node"),
+    (NO_KERNEL, "12.9", H100_DEV, "no_kernel_image",
+     "this build has no kernels for this GPU: set engine_node_build to cu13 for this node"),
+    (NO_KERNEL, "12.9", V100_DEV, "no_kernel_image",
+     "GPU 1 (Tesla V100) has compute capability 7.0, older than any vLLM build supports (7.5): "
+     "set engine_node_build to none for this node"),
+    (PTX, "13.0", H100_DEV, "unsupported_ptx", "set engine_node_build to cu129 for this node, or upgrade the driver"),
+    (PTX, "12.9", H100_DEV, "unsupported_ptx", "upgrade the driver (CUDA 12.9 runs fully from driver 575.51.03)"),
+    (DRIVER_OLD, "13.0", [], "driver_too_old",
+     "set engine_node_build to cu129 for this node, or upgrade the NVIDIA driver to 580 or newer"),
+    (INSUFFICIENT, "12.9", [], "driver_too_old", "upgrade the NVIDIA driver to 525.60.13 or newer"),
+    (CUDART13, "12.9", H100_DEV, "cuda_runtime_mismatch",
+     "the engine was built for CUDA 13 (it looks for libcudart.so.13) and torch here is a CUDA 12.9 build: "
+     "rebuild the environment with torch from the PyTorch index of the build (cu130)"),
+    (CUDART12, "13.0", H100_DEV, "cuda_runtime_mismatch", "PyTorch index of the build (cu129)"),
+    (CUDART13, "13.0", H100_DEV, "cuda_runtime_mismatch", "libcudart.so.13, which the engine and torch (CUDA 13.0) both need"),
+    (GLIBC, "13.0", H100_DEV, "glibc", "the engine's compiled code needs glibc 2.38 and this node has"),
+    ("RuntimeError: Found no NVIDIA driver on your system.", "13.0", [], "no_device", "torch sees no GPU"),
+    ("RuntimeError: No CUDA GPUs are available", "13.0", [], "no_device", "CUDA_VISIBLE_DEVICES"),
+    ("AssertionError: Torch not compiled with CUDA enabled", None, [], "no_device", "CPU-only build"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "13.0", H100_DEV, "other", "not recognised"),
+]
+
+
+@pytest.mark.parametrize("text, torch_cuda, devices, kind, hint", CLASSES)
+def test_classify(text, torch_cuda, devices, kind, hint):
+    got_kind, got_hint = _gpu.classify("Traceback ...\n" + text + "\n", {"torch_cuda": torch_cuda, "devices": devices})
+    assert got_kind == kind
+    assert hint in got_hint
+    assert got_kind in _gpu.CLASSIFICATIONS
+
+
+# --- the compute check, canned ------------------------------------------------------------
+
+
+def doc(**kw):
+    out = {"llmfleet_gpu_check": 1, "ok": False, "stage": None, "error": None, "traceback": None, "torch": "2.11.0",
+           "torch_cuda": "13.0", "arch_list": ["sm_90"], "devices": [], "engine_op": None, "warnings": []}
+    out.update(kw)
+    return json.dumps(out)
+
+
+def test_check_passes_and_keeps_other_output_apart():
+    out = "INFO 11-30 vllm logging on stdout\n{not json\n" + doc(ok=True, devices=H100_DEV) + "\n"
+    runner = Canned((0, out, "a warning on stderr\n"))
+    result = _gpu.compute_check(runner, "/env/bin/python", 60, env={"CUDA_VISIBLE_DEVICES": "0"})
+    argv, env = runner.calls[0]
+    assert argv[3] == "60" and argv[4:7] == ["/env/bin/python", "-u", "-c"] and argv[8] == "vllm"
+    assert env == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert result["ok"] is True and result["classification"] is None and result["hint"] is None
+    assert result["devices"] == H100_DEV and result["stage"] is None
+    assert result["output"] == "INFO 11-30 vllm logging on stdout\n{not json\na warning on stderr"
+
+
+def test_check_failure_is_classified_from_the_document():
+    out = doc(stage="torch computing on GPU 0", error="RuntimeError: CUDA error: no kernel image is available "
+              "for execution on the device", devices=H100_DEV) + "\n"
+    result = _gpu.compute_check(Canned((1, out, "")), "/env/bin/python", 60, engine="none")
+    assert result["ok"] is False and result["engine"] == "none"
+    assert (result["classification"], result["stage"]) == ("no_kernel_image", "torch computing on GPU 0")
+    assert result["hint"] == "this build has no kernels for this GPU: set engine_node_build to cu129 for this node"
+    msg = _gpu.failure_message(result)
+    assert msg.startswith("the GPU check in /env/bin/python failed at torch computing on GPU 0: RuntimeError")
+    assert "[no_kernel_image] this build has no kernels" in msg
+
+
+def test_check_classifies_from_warnings_too():
+    out = doc(stage="CUDA initialisation", error="RuntimeError: torch sees no CUDA device",
+              warnings=["UserWarning: CUDA initialization: The NVIDIA driver on your system is too old"]) + "\n"
+    result = _gpu.compute_check(Canned((1, out, "")), "/env/bin/python", 60)
+    assert result["classification"] == "driver_too_old"
+
+
+def test_an_interpreter_that_dies_before_the_document_is_classified_from_its_output():
+    err = "Traceback (most recent call last):\n  ...\n" + GLIBC + "\n"
+    result = _gpu.compute_check(Canned((1, "", err)), "/env/bin/python", 60)
+    assert result["ok"] is False and result["classification"] == "glibc"
+    assert result["error"] == "/env/bin/python exited 1 without the check's result"
+    assert result["stage"] == "start of the interpreter"
+    assert "GLIBC_2.38" in result["output"]
+
+
+def test_a_passing_document_with_a_failing_exit_is_not_a_pass():
+    result = _gpu.compute_check(Canned((139, doc(ok=True) + "\n", "Segmentation fault\n")), "/env/bin/python", 60)
+    assert result["ok"] is False and result["error"] == "the check passed but /env/bin/python exited 139"
+    assert result["classification"] == "other"
+
+
+def test_a_check_that_runs_out_of_time():
+    result = _gpu.compute_check(Canned((124, "loading...\n", "\nllmfleet-watchdog: timed out after 30 s\n")),
+                                "/env/bin/python", 30)
+    assert result["ok"] is False and result["timed_out"] is True and result["classification"] == "other"
+    assert result["error"] == "did not finish within 30 s"
+    assert "raise the timeout" in result["hint"] and result["output"] == "loading..."
+
+
+# --- the compute check, run for real in an interpreter with the fake torch and vLLM ----------
+
+
+@pytest.fixture(scope="module")
+def fake_runtime(tmp_path_factory):
+    """The fake torch 2.11.0 (CUDA 13.0) and vLLM 0.20.0 of the fake upstream, unpacked for PYTHONPATH."""
+    from tests.upstream import build_packages
+
+    packages = tmp_path_factory.mktemp("packages")
+    build_packages(packages)
+    site = tmp_path_factory.mktemp("site")
+    for name in ("torch-2.11.0-py3-none-any.whl", "vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl"):
+        with zipfile.ZipFile(packages / "pypi" / name) as wheel:
+            wheel.extractall(site)
+    return str(site)
+
+
+FAKE_MODES = [
+    # (environment, ok, classification, stage)
+    ({"FAKE_TORCH_CUDA": "ok"}, True, None, None),
+    ({"FAKE_TORCH_CUDA": "ok", "FAKE_TORCH_GPUS": "NVIDIA H100 80GB HBM3=9.0;Tesla T4=7.5"}, True, None, None),
+    ({"FAKE_TORCH_CUDA": "none"}, False, "no_device", "CUDA initialisation"),
+    ({"FAKE_TORCH_CUDA": "no_kernel_image"}, False, "no_kernel_image", "torch computing on GPU 0"),
+    ({"FAKE_TORCH_CUDA": "unsupported_ptx"}, False, "unsupported_ptx", "torch computing on GPU 0"),
+    ({"FAKE_TORCH_CUDA": "driver_too_old"}, False, "driver_too_old", "CUDA initialisation"),
+    ({"FAKE_TORCH_CUDA": "missing_libcudart"}, False, "cuda_runtime_mismatch", "vllm._custom_ops.rms_norm on GPU 0"),
+    ({"FAKE_TORCH_CUDA": "glibc"}, False, "glibc", "vllm._custom_ops.rms_norm on GPU 0"),
+    ({"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}, False, "no_kernel_image",
+     "vllm._custom_ops.rms_norm on GPU 0"),
+]
+
+
+@pytest.mark.parametrize("env, ok, kind, stage", FAKE_MODES)
+def test_compute_check_with_the_fake_runtime(fake_runtime, env, ok, kind, stage):
+    result = _gpu.compute_check(run_command, sys.executable, 60, env=dict(env, PYTHONPATH=fake_runtime))
+    assert (result["ok"], result["classification"], result["stage"]) == (ok, kind, stage), result
+    assert result["torch"] == "2.11.0" and result["torch_cuda"] == "13.0"
+    if ok:
+        gpus = env.get("FAKE_TORCH_GPUS", "NVIDIA H100 80GB HBM3=9.0").split(";")
+        assert [d["name"] + "=" + d["capability"] for d in result["devices"]] == gpus
+        assert all(d["ok"] for d in result["devices"])
+        assert result["engine_op"] == {"name": "vllm", "version": "0.20.0", "op": "vllm._custom_ops.rms_norm", "ok": True}
+        assert "sm_90" in result["arch_list"]
+    else:
+        assert result["hint"] and result["error"]
+
+
+def test_the_engine_op_proves_more_than_torch(fake_runtime):
+    env = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image", "PYTHONPATH": fake_runtime}
+    torch_only = _gpu.compute_check(run_command, sys.executable, 60, env=env, engine="none")
+    assert torch_only["ok"] is True and torch_only["engine_op"] is None
+    with_engine = _gpu.compute_check(run_command, sys.executable, 60, env=env, engine="vllm")
+    assert with_engine["ok"] is False and with_engine["devices"][0]["ok"] is True
+    assert with_engine["engine_op"]["ok"] is False
+
+
+def test_a_wrong_result_on_the_gpu_fails_the_check(tmp_path):
+    """A torch whose arithmetic is wrong: a check that only ran kernels would pass."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "__version__ = '0.0.1'\n"
+        "float16 = float32 = 'f'\n"
+        "class version: cuda = '13.0'\n"
+        "class T:\n"
+        "    def __init__(self, v): self.v = v\n"
+        "    def __mul__(self, o): return T(self.v)\n"
+        "    def __add__(self, o): return T(self.v)\n"
+        "    def float(self): return self\n"
+        "    def sum(self): return T(self.v * 256)\n"
+        "    def item(self): return self.v\n"
+        "def ones(*shape, device=None, dtype=None): return T(1.0)\n"
+        "class cuda:\n"
+        "    is_available = staticmethod(lambda: True)\n"
+        "    device_count = staticmethod(lambda: 1)\n"
+        "    get_arch_list = staticmethod(lambda: ['sm_90'])\n"
+        "    get_device_name = staticmethod(lambda i: 'Broken GPU')\n"
+        "    get_device_capability = staticmethod(lambda i: (9, 0))\n"
+        "    synchronize = staticmethod(lambda i=None: None)\n"
+    )
+    result = _gpu.compute_check(run_command, sys.executable, 60, env={"PYTHONPATH": str(tmp_path)}, engine="none")
+    assert result["ok"] is False and result["classification"] == "other"
+    assert "gave 256.0 instead of 768.0: the GPU computed a wrong result" in result["error"]
+
+
+def test_a_hanging_check_is_stopped_and_its_output_kept(tmp_path):
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("print('initialising the GPU', flush=True)\nimport time\ntime.sleep(120)\n")
+    started = time.monotonic()
+    result = _gpu.compute_check(run_command, sys.executable, 1, env={"PYTHONPATH": str(tmp_path)})
+    assert time.monotonic() - started < 10
+    assert result["timed_out"] is True and result["ok"] is False and result["classification"] == "other"
+    assert result["output"] == "initialising the GPU"

@@ -41,6 +41,8 @@ import time
 from datetime import datetime, timezone
 from urllib.parse import unquote, urlsplit
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+
 MARKER_NAME = ".llmfleet-engine.json"
 LOCK_FILE_NAME = "llmfleet-requirements.txt"
 MARKER_FORMAT = 1
@@ -820,11 +822,6 @@ def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
     ``{"skipped": True, "reason": ...}`` on a node without a driver; the check's result when
     it passes; GpuCheckFailed (with the result and its classification) when it does not.
     """
-    try:
-        from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
-    except ImportError:
-        return {"skipped": True, "reason": "the GPU compute check (_gpu) is not in this collection"}
-
     def run_command(argv, environ_update=None):
         res = run(argv, env=environ_update)
         return res.rc, res.out, res.err

@@ -72,7 +72,7 @@ def compile_pattern(pattern, what):
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise InvalidArgumentError("%s %r is not a valid Python regular expression: %s" % (what, pattern, exc))
+        raise InvalidArgumentError("%s '%s' is not a valid Python regular expression: %s" % (what, pattern, exc))
 
 
 def digest_sha256(digest):
@@ -130,8 +130,8 @@ def closest_names(name, names, count=5):
     return close or sorted(names)[:count]
 
 
-def _summary(names, limit=30):
-    names = sorted(names)
+def _summary(names, limit=30, keep_order=False):
+    names = list(names) if keep_order else sorted(names)
     text = ", ".join(names[:limit])
     if len(names) > limit:
         text += " and %d more" % (len(names) - limit)
@@ -245,19 +245,19 @@ class Lookup(object):
                 closest = closest_names(self.asset, names)
                 raise AssetNotFoundError(
                     "release %s of %s has no asset named %r (asked %s); closest names: %s"
-                    % (self.tag, self.repo, self.asset, self.release_url(), _summary(closest)),
+                    % (self.tag, self.repo, self.asset, self.release_url(), _summary(closest, keep_order=True)),
                     closest=closest, available=sorted(names))
         else:
             selected = [a for a in assets if self.pattern.search(a["name"])]
             if not selected:
                 raise AssetNotFoundError(
-                    "no asset of release %s of %s matches the pattern %r (asked %s); its assets: %s"
+                    "no asset of release %s of %s matches the pattern '%s' (asked %s); its assets: %s"
                     % (self.tag, self.repo, self.pattern.pattern, self.release_url(), _summary(names)),
                     closest=closest_names(self.pattern.pattern, names), available=sorted(names))
             if len(selected) > 1 and not self.multiple:
                 matched = sorted(a["name"] for a in selected)
                 raise AmbiguousAssetError(
-                    "the pattern %r matches %d assets of release %s of %s: %s. Make the pattern "
+                    "the pattern '%s' matches %d assets of release %s of %s: %s. Make the pattern "
                     "match one (for instance anchor it, or add the architecture), or set "
                     "multiple: true to get them all" % (self.pattern.pattern, len(matched), self.tag,
                                                          self.repo, _summary(matched)),
@@ -284,7 +284,7 @@ class Lookup(object):
                     "file, or set checksum_asset_pattern to the checksum file this release has"
                     % (name, self.tag, self.repo, self.release_url(),
                        "no line in the checksum files %s" % ", ".join(tried) if tried
-                       else "the release has no checksum file matching %r" % self.checksum_re.pattern),
+                       else "the release has no checksum file matching '%s'" % self.checksum_re.pattern),
                     asset=name, checksum_assets=tried)
             out.append({
                 "name": name,

@@ -879,6 +879,9 @@ class EngineEnv:
                           self.p.get("python_install_mirror"))
 
     def uv_version(self):
+        if not self.uv or not os.path.isfile(self.uv) or not os.access(self.uv, os.X_OK):
+            raise UvUnusable("the uv binary %s does not exist or is not executable; install uv there, "
+                             "or set the uv option to it" % self.uv)
         result = self.run([self.uv, "--version"], env=self.uv_env(), timeout=60)
         version = parse_uv_version(result.out)
         if result.rc != 0 or version is None:

@@ -1,0 +1,70 @@
+"""The build filters: the role's view of the build table, and the same choice as gpu_probe's."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.engines.plugins.filter import builds as builds_filter
+from ansible_collections.llmfleet.engines.plugins.modules import gpu_probe
+from tests.unit.plugins.lookup_fakes import run_module
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
+FILTERS = builds_filter.FilterModule().filters()
+CASES = sorted(p.name for p in (FIXTURES / "nvidia-smi").iterdir() if (p / "query-gpu.csv").is_file()
+               and not (p / "hang").exists())
+
+
+def test_the_filters_are_registered_under_their_documented_names():
+    assert sorted(FILTERS) == ["engine_build_plan", "engine_builds"]
+    docs = sorted(p.stem for p in pathlib.Path(builds_filter.__file__).parent.glob("*.yml"))
+    assert set(FILTERS) <= set(docs)
+
+
+@pytest.mark.parametrize("case", CASES + ["not-responding"])
+@pytest.mark.parametrize("version, requested", [("0.20.0", "auto"), ("0.15.1", "auto"), ("0.20.0", "cu13")])
+def test_the_filter_gives_the_module_s_answer(monkeypatch, capsys, case, version, requested):
+    """The role decides from gpu_probe's registered result with the filter: same answer as the module."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(FIXTURES / "nvidia-smi" / case))
+    args = {"nvidia_smi": str(FIXTURES / "bin" / "fake-nvidia-smi"), "version": version, "build": requested}
+    code, result, _ = run_module(gpu_probe.main, args, capsys)
+    assert code == 0
+    from_module = result.pop("choice")
+    assert FILTERS["engine_build_plan"](result, version, requested) == from_module
+
+
+def test_engine_build_plan_defaults_to_auto():
+    facts = {"driver_version": "535.104.05", "architecture": "x86_64",
+             "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}]}
+    plan = FILTERS["engine_build_plan"](facts, "0.20.0")
+    assert (plan["requested"], plan["build"], plan["source"]["torch_index"]) == ("auto", "cu129", "cu129")
+    assert plan["reasons"]["cu13"] == ["driver 535.104.05 is older than 580, which CUDA 13 needs"]
+
+
+@pytest.mark.parametrize("facts, version, requested, match", [
+    ({}, "0.9.0", "auto", "engine_build_plan: vLLM 0.9.0 is older than the oldest version the build table knows"),
+    ({}, "0.20.0", "cu12", "engine_build_plan: build 'cu12' is not one of auto, cu13, cu129, none"),
+    ({}, "0.11.0", "cu13", "engine_build_plan: vLLM 0.11.0 publishes no cu13 build"),
+    ("580.65.06", "0.20.0", "auto", "engine_build_plan: the input must be gpu_probe's result"),
+])
+def test_engine_build_plan_errors(facts, version, requested, match):
+    with pytest.raises(AnsibleFilterError, match=match):
+        FILTERS["engine_build_plan"](facts, version, requested)
+
+
+def test_engine_builds_gives_the_table_row():
+    table = FILTERS["engine_builds"]("0.15.1", "aarch64")
+    assert table["version"] == "0.15.1" and table["default"] == "cu129"
+    assert sorted(table["builds"]) == ["cu129", "cu13"]
+    cu13 = table["builds"]["cu13"]
+    assert (cu13["origin"], cu13["torch_index"], cu13["torch_label"]) == ("github", "cu130", "+cu130")
+    assert cu13["github"]["pattern"].endswith(r"_aarch64\.whl$")
+    assert table["builds"]["cu129"]["requirement"] == "vllm==0.15.1"
+
+
+def test_engine_builds_defaults_to_x86_64_and_refuses_old_versions():
+    assert FILTERS["engine_builds"]("v0.20.0")["builds"]["cu129"]["github"]["pattern"].endswith(r"_x86_64\.whl$")
+    with pytest.raises(AnsibleFilterError, match="engine_builds: vLLM 0.10.0 is older"):
+        FILTERS["engine_builds"]("0.10.0")

@@ -1,0 +1,183 @@
+"""gpu_probe: main() with patched arguments against the fake nvidia-smi; the JSON result checked."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import zipfile
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.modules import gpu_probe
+from tests.unit.plugins.lookup_fakes import run_module, warnings_text
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
+FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """module.warn() collects into a process-wide dict: give each test its own."""
+    from ansible.module_utils.common import warnings
+
+    monkeypatch.setattr(warnings, "_global_warnings", {})
+
+
+@pytest.fixture
+def case(monkeypatch):
+    def use(name):
+        monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(FIXTURES / "nvidia-smi" / name))
+    return use
+
+
+def probe(capsys, **kw):
+    args = {"nvidia_smi": FAKE_SMI}
+    args.update(kw)
+    return run_module(gpu_probe.main, args, capsys)
+
+
+NODES = [
+    # (case, driver, cuda, GPUs, build of 0.20.0, its origin, build of 0.15.1)
+    ("h100-580", "580.65.06", "13.0", 1, "cu13", "pypi", "cu129"),
+    ("h200-580", "580.82.07", "13.0", 1, "cu13", "pypi", "cu129"),
+    ("8xh100-580", "580.65.06", "13.0", 8, "cu13", "pypi", "cu129"),
+    ("a100-535", "535.104.05", "12.2", 1, "cu129", "github", "cu129"),
+    ("t4-550", "550.54.15", "12.4", 1, "cu129", "github", "cu129"),
+    ("mixed-h100-t4-580", "580.65.06", "13.0", 2, "cu13", "pypi", "cu129"),
+    ("mixed-a100-v100-535", "535.104.05", "12.2", 2, "none", None, "none"),
+    ("v100-535", "535.104.05", "12.2", 1, "none", None, "none"),
+]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("name, driver, cuda, count, build, origin, build_0151", NODES)
+def test_facts_and_choice(case, capsys, check_mode, name, driver, cuda, count, build, origin, build_0151):
+    case(name)
+    code, result, _ = probe(capsys, version="0.20.0", _ansible_check_mode=check_mode)
+    assert code == 0 and result["changed"] is False and "failed" not in result
+    assert (result["driver_version"], result["cuda_version"], result["gpu_count"]) == (driver, cuda, count)
+    assert len(result["gpus"]) == count and result["driver_error"] is None
+    assert result["nvidia_smi"] == FAKE_SMI
+    choice = result["choice"]
+    assert (choice["build"], choice["requested"], choice["version"]) == (build, "auto", "0.20.0")
+    assert (choice["source"] or {}).get("origin") == origin
+    assert choice["skip_gpu_check"] is (build == "none")
+    assert "compute" not in result
+    code, result, _ = probe(capsys, version="0.15.1")
+    assert result["choice"]["build"] == build_0151
+
+
+def test_without_version_there_is_no_choice(case, capsys):
+    case("a100-535")
+    code, result, _ = probe(capsys)
+    assert code == 0 and "choice" not in result
+    assert result["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_no_driver(capsys, tmp_path):
+    missing = str(tmp_path / "no-driver" / "nvidia-smi")
+    code, result, _ = probe(capsys, nvidia_smi=missing, version="0.20.0")
+    assert code == 0
+    assert (result["driver_version"], result["gpus"], result["gpu_count"]) == (None, [], 0)
+    assert result["driver_error"] == "%s does not exist" % missing
+    assert result["choice"]["build"] == "cu13" and result["choice"]["skip_gpu_check"] is True
+    assert "the GPU check will be skipped" in result["choice"]["why"]
+
+
+def test_driver_not_answering(case, capsys):
+    case("not-responding")
+    code, result, _ = probe(capsys, version="0.15.1")
+    assert code == 0 and result["driver_version"] is None and result["gpus"] == []
+    assert "couldn't communicate with the NVIDIA driver" in result["driver_error"]
+    assert result["choice"]["build"] == "cu129" and result["choice"]["skip_gpu_check"] is True
+
+
+def test_hanging_nvidia_smi_fails_the_task(case, capsys):
+    case("hanging")
+    code, result, _ = probe(capsys, timeout=1)
+    assert code == 1 and result["failed"] is True
+    assert result["msg"].startswith("reading the node's GPUs: %s --query-gpu=" % FAKE_SMI)
+    assert "did not answer within 1 s" in result["msg"]
+
+
+def test_an_explicit_build_the_node_cannot_run_warns(case, capsys):
+    case("a100-535")
+    code, result, _ = probe(capsys, version="0.20.0", build="cu13")
+    assert code == 0 and result["choice"]["build"] == "cu13"
+    assert warnings_text(result) == [
+        "build cu13 was asked for, but this node may not run it: driver 535.104.05 is older than 580, which CUDA 13 needs"
+    ]
+
+
+@pytest.mark.parametrize("version, build, fragment", [
+    ("0.10.1", "auto", "choosing the build of vLLM 0.10.1: vLLM 0.10.1 is older than the oldest version"),
+    ("0.11.0", "cu13", "choosing the build of vLLM 0.11.0: vLLM 0.11.0 publishes no cu13 build"),
+    ("latest", "auto", "is not a version number"),
+])
+def test_bad_versions_fail_with_facts_kept(case, capsys, version, build, fragment):
+    case("h100-580")
+    code, result, _ = probe(capsys, version=version, build=build)
+    assert code == 1 and fragment in result["msg"]
+    assert result["driver_version"] == "580.65.06"
+
+
+def test_a_build_outside_the_choices_is_refused(case, capsys):
+    case("h100-580")
+    code, result, _ = probe(capsys, version="0.20.0", build="cu12")
+    assert code == 1 and "value of build must be one of: auto, cu13, cu129, none" in result["msg"]
+
+
+@pytest.mark.parametrize("option", ["timeout", "python_timeout"])
+def test_timeouts_must_be_positive(case, capsys, option):
+    case("h100-580")
+    code, result, _ = probe(capsys, **{option: 0})
+    assert code == 1 and result["msg"] == "%s must be at least 1 second, not 0" % option
+
+
+def test_a_python_that_is_not_there_fails(case, capsys, tmp_path):
+    case("h100-580")
+    code, result, _ = probe(capsys, python=str(tmp_path / "bin" / "python"))
+    assert code == 1 and "is not an executable file: give the interpreter of an engine environment" in result["msg"]
+
+
+@pytest.fixture(scope="module")
+def fake_runtime(tmp_path_factory):
+    """The fake torch 2.11.0 and vLLM 0.20.0 of the fake upstream, unpacked for PYTHONPATH."""
+    from tests.upstream import build_packages
+
+    packages = tmp_path_factory.mktemp("packages")
+    build_packages(packages)
+    site = tmp_path_factory.mktemp("site")
+    for name in ("torch-2.11.0-py3-none-any.whl", "vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl"):
+        with zipfile.ZipFile(packages / "pypi" / name) as wheel:
+            wheel.extractall(site)
+    return str(site)
+
+
+def test_compute_check_passes(case, capsys, fake_runtime):
+    case("h100-580")
+    code, result, _ = probe(capsys, python=sys.executable, env={"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok"})
+    assert code == 0 and warnings_text(result) == [], warnings_text(result)
+    compute = result["compute"]
+    assert compute["ok"] is True and compute["engine"] == "vllm" and compute["python"] == sys.executable
+    assert compute["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "ok": True}]
+    assert compute["engine_op"]["ok"] is True and compute["engine_op"]["version"] == "0.20.0"
+
+
+def test_compute_check_failure_is_returned_and_warned(case, capsys, fake_runtime):
+    case("h100-580")
+    env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
+    code, result, _ = probe(capsys, python=sys.executable, env=env)
+    assert code == 0 and "failed" not in result
+    compute = result["compute"]
+    assert compute["ok"] is False and compute["classification"] == "no_kernel_image"
+    assert compute["hint"] == "this build has no kernels for this GPU: set engine_node_build to cu129 for this node"
+    (warning,) = warnings_text(result)
+    assert warning.startswith("the GPU check in %s failed at vllm._custom_ops.rms_norm on GPU 0" % sys.executable)
+
+
+def test_engine_none_checks_torch_only(case, capsys, fake_runtime):
+    case("h100-580")
+    env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
+    code, result, _ = probe(capsys, python=sys.executable, env=env, engine="none")
+    assert code == 0 and result["compute"]["ok"] is True and result["compute"]["engine_op"] is None

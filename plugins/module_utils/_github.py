@@ -259,8 +259,8 @@ class Lookup(object):
                 raise AmbiguousAssetError(
                     "the pattern '%s' matches %d assets of release %s of %s: %s. Make the pattern "
                     "match one (for instance anchor it, or add the architecture), or set "
-                    "multiple: true to get them all" % (self.pattern.pattern, len(matched), self.tag,
-                                                         self.repo, _summary(matched)),
+                    "multiple: true to get them all"
+                    % (self.pattern.pattern, len(matched), self.tag, self.repo, _summary(matched)),
                     matches=matched)
         selected.sort(key=lambda a: a["name"])
         selected_names = set(a["name"] for a in selected)

@@ -22,7 +22,7 @@ description:
   - Connection errors, time-outs, 429 and 5xx answers are tried again with an exponential
     back-off. A used-up rate limit is not; the task fails at once, saying when the limit resets.
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   repo:
     description:
@@ -108,10 +108,11 @@ attributes:
     support: none
     description: Changes nothing, so there is nothing to diff.
   platform:
+    support: full
     platforms: posix
     description: Needs only Python and network access to the API; meant to run on the controller.
 notes:
-  - RV(changed) is always V(false).
+  - C(changed) is always V(false).
   - Assets uploaded to GitHub since June 2025 carry a C(digest); older ones need a checksum file.
 seealso:
   - module: llmfleet.engines.pypi_published

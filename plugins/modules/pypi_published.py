@@ -12,7 +12,7 @@ short_description: When a release was published on a PyPI-compatible index, and 
 version_added: 0.1.0
 description:
   - Looks up one release of a project on PyPI or a PyPI-compatible mirror and returns when its
-    last file was uploaded (O(published)), that time plus O(margin) hours (O(exclude_newer), the
+    last file was uploaded (RV(published)), that time plus O(margin) hours (RV(exclude_newer), the
     cut-off to give C(uv pip compile --exclude-newer) so that dependencies resolve as the index
     stood then), and every file of the release with its sha256.
   - Asks the release JSON (C(/pypi/<project>/<version>/json)) first, then the project JSON
@@ -24,7 +24,7 @@ description:
   - Read-only. It never changes anything, so it also runs in check mode. Run it once per play on
     the controller (C(run_once) with C(delegate_to=localhost)) rather than once per node.
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   project:
     description:
@@ -48,7 +48,7 @@ options:
     type: str
   margin:
     description:
-      - Hours added to O(published) to give RV(exclude_newer).
+      - Hours added to RV(published) to give RV(exclude_newer).
     type: int
     default: 24
   allow_yanked:
@@ -88,10 +88,11 @@ attributes:
     support: none
     description: Changes nothing, so there is nothing to diff.
   platform:
+    support: full
     platforms: posix
     description: Needs only Python and network access to the index; usually run on the controller.
 notes:
-  - RV(changed) is always V(false).
+  - C(changed) is always V(false).
   - The sha256 of a file is what the index lists for it; a file the index gives no sha256 for is
     returned with RV(files[].sha256=null).
 seealso:

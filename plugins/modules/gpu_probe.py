@@ -26,7 +26,7 @@ description:
     P(llmfleet.engines.engine_build_plan#filter) filter gives the same answer from these facts.
   - Read-only; changes nothing on the node.
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 options:
   nvidia_smi:
     description:
@@ -81,6 +81,7 @@ attributes:
     support: none
     description: Nothing changes, so there is no diff.
   platform:
+    support: full
     platforms: posix
     description: Linux nodes with or without an NVIDIA driver.
 notes:

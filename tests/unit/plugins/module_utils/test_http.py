@@ -111,7 +111,7 @@ def test_other_4xx_are_not_retried(fake, status, cls):
     server.add(URL, Reply(status, {"message": "nope"}), Reply(200, {}))
     with pytest.raises(cls) as exc:
         client().get(URL)
-    assert type(exc.value) is cls
+    assert exc.type is cls
     assert server.count(URL) == 1
     assert sleeps == []
     assert exc.value.status == status

@@ -25,7 +25,8 @@ FILES = [pypi_file("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T20
          pypi_file("vllm-0.11.0.tar.gz", "2025-10-02T20:10:00Z", "b" * 64)]
 
 
-def release(yanked=False, reason=None, files=FILES):
+def release(yanked=False, reason=None, files=None):
+    files = FILES if files is None else files
     return {"info": {"name": "vllm", "version": "0.11.0", "yanked": yanked, "yanked_reason": reason},
             "urls": [dict(f, yanked=yanked, yanked_reason=reason) for f in files]}
 

@@ -145,6 +145,10 @@ def check():
     R["engine_op"] = {"name": "vllm", "version": None, "op": "vllm._custom_ops.rms_norm", "ok": False}
     import vllm
     R["engine_op"]["version"] = str(getattr(vllm, "__version__", None))
+    # vLLM's own compiled extension, imported here so that its ImportError (CUDA runtime, glibc)
+    # is the error: vllm._custom_ops only logs it and fails later on a missing op
+    R["stage"] = "import vllm._C"
+    import vllm._C
     from vllm import _custom_ops
     for dev in R["devices"]:
         i = dev["index"]

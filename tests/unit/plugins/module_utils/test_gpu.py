@@ -419,8 +419,8 @@ FAKE_MODES = [
     ({"FAKE_TORCH_CUDA": "no_kernel_image"}, False, "no_kernel_image", "torch computing on GPU 0"),
     ({"FAKE_TORCH_CUDA": "unsupported_ptx"}, False, "unsupported_ptx", "torch computing on GPU 0"),
     ({"FAKE_TORCH_CUDA": "driver_too_old"}, False, "driver_too_old", "CUDA initialisation"),
-    ({"FAKE_TORCH_CUDA": "missing_libcudart"}, False, "cuda_runtime_mismatch", "vllm._custom_ops.rms_norm on GPU 0"),
-    ({"FAKE_TORCH_CUDA": "glibc"}, False, "glibc", "vllm._custom_ops.rms_norm on GPU 0"),
+    ({"FAKE_TORCH_CUDA": "missing_libcudart"}, False, "cuda_runtime_mismatch", "import vllm._C"),
+    ({"FAKE_TORCH_CUDA": "glibc"}, False, "glibc", "import vllm._C"),
     ({"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}, False, "no_kernel_image",
      "vllm._custom_ops.rms_norm on GPU 0"),
 ]

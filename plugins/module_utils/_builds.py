@@ -228,15 +228,16 @@ def _gpu_name(gpu):
 def blockers(build, source, facts):
     """Why this node cannot run ``source`` (a list of sentences; empty: it can).
 
-    Without a driver there is no driver or GPU to check against; only the machine
-    architecture (for a GitHub asset) can rule a build out.
+    Without a driver there is no driver or GPU to check against; only a known machine
+    architecture without GitHub wheels can rule a GitHub build out. Without any facts nothing
+    rules a build out (and a GitHub build's asset pattern is None until the architecture is known).
     """
     need = REQUIREMENTS[build]
     why = []
-    if source["origin"] == "github" and not source["github"]["pattern"]:
+    if source["origin"] == "github" and not source["github"]["pattern"] and facts.get("architecture"):
         why.append(
             "vLLM's GitHub release has wheels for %s only, not for machine architecture %s"
-            % (" and ".join(sorted(set(ARCHITECTURES.values()))), facts.get("architecture") or "unknown")
+            % (" and ".join(sorted(set(ARCHITECTURES.values()))), facts["architecture"])
         )
     driver = facts.get("driver_version")
     if not driver:

@@ -282,3 +282,11 @@ def test_choose_does_not_change_its_input():
     before = repr(facts)
     _builds.choose(facts, "0.20.0")
     assert repr(facts) == before
+
+
+def test_without_facts_nothing_rules_a_build_out_and_the_pattern_waits_for_the_architecture():
+    choice = _builds.choose({}, "0.20.0", "cu129")
+    assert choice["build"] == "cu129" and choice["warnings"] == []
+    assert choice["runnable"] == {"cu13": True, "cu129": True}
+    assert choice["source"]["github"]["pattern"] is None
+    assert choice["skip_gpu_check"] is True

@@ -9,7 +9,8 @@ Three endpoints are asked in turn, because PyPI and its mirrors do not all answe
 the release JSON (``/pypi/<project>/<version>/json``), the project JSON
 (``/pypi/<project>/json``, ``releases[<version>]``) and the PEP 691 simple JSON
 (``/simple/<project>/`` with PEP 700 upload times), whose files are picked by the version in
-their file names. Only a 404 moves on to the next endpoint; anything else is an answer.
+their file names. Only a 404 (or a release JSON about another version) moves on to the next
+endpoint; any other failure is reported.
 """
 
 from __future__ import annotations
@@ -348,6 +349,11 @@ class Lookup(object):
                 "%s answered JSON without a 'urls' list: is index_url a PyPI-compatible index?" % url,
                 source=SOURCE_RELEASE)
         info = data.get("info") or {}
+        answered = info.get("version")
+        if isinstance(answered, str) and canonical_version(answered) != canonical_version(self.version):
+            # A server that ignores the version part of the path and answers the latest release.
+            self.tried[-1] = (SOURCE_RELEASE, url, "200 for version %s" % answered)
+            return None
         files = [_file_from_json_api(e, resp.url, self.project) for e in data["urls"] if isinstance(e, dict)]
         yanked = bool(info.get("yanked")) if "yanked" in info else None
         return {"source": SOURCE_RELEASE, "url": url, "files": files, "yanked": yanked,

@@ -18,7 +18,8 @@ description:
   - Asks the release JSON (C(/pypi/<project>/<version>/json)) first, then the project JSON
     (C(/pypi/<project>/json)), then the PEP 691 simple JSON with PEP 700 upload times
     (C(<simple_url>/<project>/)), because PyPI and its mirrors do not all answer every one. Only a
-    404 moves on to the next; RV(source) tells which one answered.
+    404 (or a release JSON about another version) moves on to the next; any other failure is
+    reported. RV(source) tells which one answered.
   - Connection errors, time-outs, 429 and 5xx answers are tried again with an exponential
     back-off; other answers are not.
   - Read-only. It never changes anything, so it also runs in check mode. Run it once per play on

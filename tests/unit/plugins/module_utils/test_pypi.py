@@ -134,6 +134,17 @@ def test_release_json_404_falls_back_to_project_json_and_resolves_relative_urls(
     assert result["files"][2]["url"] == BASE + "/packages/ab/vllm-0.11.0.tar.gz"
 
 
+def test_release_json_for_another_version_is_not_trusted(fake):
+    server, _sleeps = fake
+    other = release_json()
+    other["info"]["version"] = "0.20.0"
+    server.add(RELEASE, Reply(200, other))
+    server.add(PROJECT, Reply(200, project_json()))
+    result = run()
+    assert result["source"] == "project_json"
+    assert result["published"] == "2025-10-02T20:10:00Z"
+
+
 def test_both_json_apis_404_fall_back_to_simple_json_filtered_by_file_name(fake):
     server, _sleeps = fake
     server.add(SIMPLE, Reply(200, simple_json(), content_type=SIMPLE_TYPE))

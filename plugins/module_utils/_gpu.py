@@ -451,7 +451,8 @@ def classify(text, result=None):
             % (need.group(1), have or "an older or a different C library")
         )
 
-    lib = re.search(r"\b(lib(?:cudart|cublas\w*|cudnn\w*|nvrtc\w*|cusparse\w*|cufft\w*|nccl\w*))\.so\.(\d+)[^:\s]*: cannot open shared object file", text)
+    # the CUDA libraries whose soname carries the CUDA major version (cuDNN, NCCL, cuFFT... do not)
+    lib = re.search(r"\b(libcudart|libcublas(?:Lt)?|libnvrtc)\.so\.(\d+)[^:\s]*: cannot open shared object file", text)
     if lib:
         major = int(lib.group(2))
         library = "%s.so.%d" % (lib.group(1), major)

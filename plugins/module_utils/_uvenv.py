@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from datetime import datetime, timezone
@@ -155,6 +156,10 @@ class GpuCheckFailed(UvEnvError):
 
 class SwitchFailed(UvEnvError):
     """Renaming the new environment into place failed (the old one is put back)."""
+
+
+class NotAnEnvironment(UvEnvError):
+    """Something other than a Python environment is at path: it is never replaced or removed."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,7 +427,7 @@ def parse_lock(text):
 
 
 def lock_versions(packages):
-    return {entry["name"]: entry["version"] for _, entry in sorted(packages.items())}
+    return {entry["name"]: entry["version"] for _name, entry in sorted(packages.items())}
 
 
 def describe_package(entry):
@@ -522,6 +527,20 @@ def inspect_env(path):
     return state
 
 
+def looks_like_env(path):
+    """True when ``path`` is missing, or is a virtual environment (or one this module built)."""
+    if not os.path.lexists(path):
+        return True
+    return any(os.path.isfile(os.path.join(path, name)) for name in (MARKER_NAME, "pyvenv.cfg"))
+
+
+def refuse_foreign(path, doing):
+    if not looks_like_env(path):
+        raise NotAnEnvironment(
+            "%s exists but is not a Python environment (no %s, no pyvenv.cfg): refusing to %s it. "
+            "Move it away, or choose another path." % (path, MARKER_NAME, doing))
+
+
 def rebuild_reasons(state, wanted, force=False):
     """Why the environment must be built; empty when it is up to date."""
     reasons = []
@@ -556,7 +575,10 @@ def remove_tree(path):
                 os.chmod(target, 0o700)
             func(target)
 
-        shutil.rmtree(path, onerror=_retry_writable)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=_retry_writable)  # pylint: disable=unexpected-keyword-arg
+        else:
+            shutil.rmtree(path, onerror=_retry_writable)  # pylint: disable=deprecated-argument
     else:
         os.unlink(path)
     return True
@@ -937,11 +959,13 @@ class EngineEnv:
         lock.acquire()
         try:
             debris = pending_debris(self.path)
-            state = inspect_env(self.path)
-            if any(action == "restore" for action, _ in debris) and not self.check_mode:
-                clear_debris(self.path, [d for d in debris if d[0] == "restore"])
+            restore = [d for d in debris if d[0] == "restore"]
+            if restore and not self.check_mode:
+                clear_debris(self.path, restore)
                 debris = [d for d in debris if d[0] != "restore"]
-                state = inspect_env(self.path)
+            # in check mode, judge the environment a restore would bring back
+            state = inspect_env(restore[0][1] if restore and self.check_mode else self.path)
+            refuse_foreign(self.path, "replace")
             reasons = rebuild_reasons(state, wanted, self.p.get("force"))
             before = state["marker"] if state["exists"] else None
             self.steps.append({"name": "check", "seconds": round(self.clock() - t0, 3)})
@@ -958,22 +982,23 @@ class EngineEnv:
                     clear_debris(self.path, debris)
                 return self._result(
                     changed, state["marker"], entries,
-                    "%s is up to date at %s" % (self._label(), self.path),
-                    debris=[t for _, t in debris],
+                    "%s is up to date at %s%s" % (self._label(), self.path, "; cleared %s" % ", ".join(
+                        t for _action, t in debris) if debris else ""),
+                    debris=[t for _action, t in debris],
                     diff=self._diff(before, state["marker"]) if diff else None)
             if self.check_mode:
                 after = self._predicted_marker(wanted)
                 return self._result(
                     True, before, self._read_lock_entries(self.path) if before else {},
                     "would build %s at %s: %s" % (self._label(), self.path, "; ".join(reasons)),
-                    reasons=reasons, debris=[t for _, t in debris],
+                    reasons=reasons, debris=[t for _action, t in debris],
                     diff=self._diff(before, after) if diff else None)
             clear_debris(self.path, debris)
             marker, entries = self._build(wanted, lock.fd)
             return self._result(
                 True, marker, entries,
                 "built %s at %s: %s" % (self._label(), self.path, "; ".join(reasons)),
-                reasons=reasons, debris=[t for _, t in debris],
+                reasons=reasons, debris=[t for _action, t in debris],
                 diff=self._diff(before, marker) if diff else None)
         finally:
             lock.release()
@@ -1169,6 +1194,7 @@ class EngineEnv:
     # -- state=absent ------------------------------------------------------------------------
 
     def absent(self, diff=False):
+        refuse_foreign(self.path, "remove")
         targets = [self.path, self.partial, self.path + ".old"]
         present = [t for t in targets if os.path.lexists(t)]
         before = inspect_env(self.path)["marker"] if os.path.lexists(self.path) else None

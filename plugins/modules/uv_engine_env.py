@@ -14,7 +14,7 @@ description:
   - Builds a Python virtual environment for an engine (vLLM) with uv, beside the live one in C(<path>.partial),
     and renames it into place only after it is proven.
   - The dependencies are resolved as the index stood at O(exclude_newer) (C(uv pip compile --generate-hashes)),
-    written to a lock file kept in the environment, and installed with C(--require-hashes): a file that differs
+    written to a lock file kept in the environment, and installed with C(--require-hashes), so a file that differs
     from what its publisher gave is refused.
   - The engine comes from the index (C(<engine>==<version>)) or from a wheel URL pinned by its sha256 (O(wheel)),
     for example a GitHub release asset.
@@ -27,7 +27,7 @@ description:
   - Concurrent runs on one O(path) are serialised by an C(flock) on C(<path>.lock). While it builds, the current
     step is written to C(<path>.progress.json).
 author:
-  - llmfleet maintainers
+  - llmfleet maintainers (@llmfleet)
 attributes:
   check_mode:
     support: full
@@ -36,6 +36,7 @@ attributes:
     support: full
     description: The marker before and after.
   platform:
+    support: full
     platforms: posix
     description: Needs C(fcntl.flock) and uv; Linux is what is tested.
 options:
@@ -87,9 +88,9 @@ options:
         required: true
   expect:
     description:
-      - What the lock must hold before anything is installed, C({name: value}). A value starting with C(+) is
-        the local version label the locked package must carry (C({torch: "+cu129"})); any other value is the
-        exact version.
+      - What the lock must hold before anything is installed, a mapping of package name to value. A value starting
+        with C(+) is the local version label the locked package must carry (C(torch) V(+cu129)); any other value is
+        the exact version.
       - Guards against a package silently resolved from the wrong index (for example PyPI's torch instead of
         the extra index's CUDA build).
     type: dict
@@ -113,8 +114,8 @@ options:
     type: str
   exclude_newer_package:
     description:
-      - Per-package cut-offs, C({name: timestamp}) or C({name: false}) to lift the cut-off for a package whose
-        index publishes no upload times (C(--exclude-newer-package)).
+      - Per-package cut-offs, a mapping of package name to a timestamp, or to V(false) to lift the cut-off for a
+        package whose index publishes no upload times (C(--exclude-newer-package)).
     type: dict
   python:
     description: The Python for the environment, a version request (V(3.12)) or an interpreter path.

@@ -683,3 +683,24 @@ def test_absent(tmp_path, uv_bin):
     assert os.listdir(str(root)) == []
     assert flow(tmp_path, uv_bin, FakeUv()).absent()["changed"] is False
     assert flow(tmp_path / "nowhere", uv_bin, FakeUv()).absent()["changed"] is False
+
+
+@pytest.mark.parametrize("state", ["present", "absent"])
+def test_a_directory_that_is_not_an_environment_is_never_replaced(tmp_path, uv_bin, state):
+    path = tmp_path / "engines" / "vllm" / "0.11.0"
+    path.mkdir(parents=True)
+    (path / "precious.txt").write_text("data")
+    env = flow(tmp_path, uv_bin, FakeUv(), force=True)
+    with pytest.raises(_uvenv.NotAnEnvironment, match="is not a Python environment .* refusing to (replace|remove)"):
+        env.present() if state == "present" else env.absent()
+    assert (path / "precious.txt").read_text() == "data"
+
+
+def test_check_mode_judges_the_environment_a_restore_brings_back(tmp_path, uv_bin):
+    flow(tmp_path, uv_bin, FakeUv()).present()
+    root = tmp_path / "engines" / "vllm"
+    os.rename(str(root / "0.11.0"), str(root / "0.11.0.old"))
+    result = flow(tmp_path, uv_bin, FakeUv(), check_mode=True).present()
+    assert result["changed"] is True and "reasons" not in result
+    assert result["debris"] == [str(root / "0.11.0.old")]
+    assert sorted(os.listdir(str(root))) == ["0.11.0.lock", "0.11.0.old"]

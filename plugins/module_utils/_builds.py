@@ -78,11 +78,7 @@ ERAS = (
         "github": {"build": "cu129", "cuda": "12.9", "label": "cu129"},
     },
     {
-        "since": "0.12.0",
-        "pypi": {"build": "cu129", "cuda": "12.9"},
-        "github": {"build": "cu13", "cuda": "13.0", "label": "cu130"},
-    },
-    {
+        # 0.12.0 - 0.19.x, and 0.11.1 - 0.11.2 (whose duplicate +cu129 asset is not used)
         "since": "0.11.1",
         "pypi": {"build": "cu129", "cuda": "12.9"},
         "github": {"build": "cu13", "cuda": "13.0", "label": "cu130"},

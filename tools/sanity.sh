@@ -7,6 +7,11 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$repo/.venv}
 dest=$repo/build/sanity/ansible_collections/llmfleet/engines
 
+# One run at a time: each rebuilds the copy it tests.
+mkdir -p "$repo/build"
+exec 9>"$repo/build/sanity.lock"
+flock 9
+
 # ansible-test bootstraps pip in its venvs with a script from a host these machines cannot reach;
 # it uses a cached copy when there is one (see tools/get_pip_standin.py).
 pip_version=$("$venv/bin/python" - <<'PY'

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Run the molecule scenarios (extensions/molecule/*/molecule.yml) in podman containers against
+# the fake upstream: prepare podman (tools/podman_setup.sh), start the fake upstream on
+# 127.0.0.1, run each scenario's whole test sequence (create, prepare, check, converge,
+# idempotence, verify, destroy), stop the upstream by its PID. Prints each scenario's time.
+#
+#   tools/molecule.sh                 every scenario
+#   tools/molecule.sh cu129 ...       only these
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv=${VENV:-$repo/.venv}
+cd "$repo"
+export PATH="$venv/bin:$PATH"
+export ANSIBLE_COLLECTIONS_PATH=${ANSIBLE_COLLECTIONS_PATH:-$repo/build/collections}
+link=$repo/build/collections/ansible_collections/llmfleet/engines
+mkdir -p "$(dirname "$link")"
+[ -L "$link" ] || ln -sfn "$repo" "$link"
+
+tools/podman_setup.sh
+
+if [ "$#" -gt 0 ]; then
+  scenarios=("$@")
+else
+  scenarios=()
+  for file in extensions/molecule/*/molecule.yml; do
+    scenarios+=("$(basename "$(dirname "$file")")")
+  done
+fi
+
+mkdir -p "$repo/build"
+work=$(mktemp -d "$repo/build/molecule.XXXXXX")
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# serve NAME ARGS...: start `python -m ARGS --ready-file $work/NAME.json` in the background
+# (its PID kept for cleanup), wait for its ready line, set $url to the URL it serves.
+serve() {
+  local name=$1 ready=$work/$1.json
+  shift
+  "$venv/bin/python" -m "$@" --port 0 --ready-file "$ready" >"$work/$name.out" 2>&1 &
+  pids+=("$!")
+  for _ in $(seq 600); do
+    [ -s "$ready" ] && break
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+      echo "molecule: $name did not start:" >&2; cat "$work/$name.out" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+  [ -s "$ready" ] || { echo "molecule: $name was not ready after 60 s" >&2; exit 1; }
+  url=$("$venv/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$ready")
+}
+
+# The fake upstream (PyPI, simple index, GitHub releases, torch indexes), and uv's wheel, which
+# the fake upstream does not serve: a wheel of the tool venv's uv binary (tests/uv_index.py).
+serve upstream tests.upstream --packages "$work/packages"
+LLMFLEET_UPSTREAM_URL=$url
+serve uv-index tests.uv_index --uv "$venv/bin/uv"
+LLMFLEET_UV_INDEX_URL=$url
+export LLMFLEET_UPSTREAM_URL LLMFLEET_UV_INDEX_URL
+echo "molecule: fake upstream at $LLMFLEET_UPSTREAM_URL, uv index at $LLMFLEET_UV_INDEX_URL"
+
+failed=()
+times=()
+all_start=$(date +%s)
+for scenario in "${scenarios[@]}"; do
+  start=$(date +%s)
+  if molecule test --scenario-name "$scenario"; then result=passed; else result=FAILED; failed+=("$scenario"); fi
+  times+=("$scenario: $result in $(( $(date +%s) - start )) s")
+done
+echo "molecule: ${times[*]/#/$'\n'  }"
+echo "molecule: ${#scenarios[@]} scenario(s) in $(( $(date +%s) - all_start )) s"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "molecule: failed: ${failed[*]}"
+  exit 1
+fi

@@ -265,6 +265,11 @@ reasons:
   returned: when it was or would be built
   type: list
   elements: str
+debris:
+  description: What an interrupted run had left (C(<path>.partial), C(<path>.old)), cleared or put back by this one.
+  returned: with O(state=present)
+  type: list
+  elements: str
 removed:
   description: Paths removed with O(state=absent).
   returned: when O(state=absent)

@@ -1,0 +1,418 @@
+"""The engine_node role and the playbooks, on a simulated fleet, against the fake upstream.
+
+Every node is ``ansible_connection: local`` with its own root under a temp dir and its own fake
+``nvidia-smi`` (a wrapper that sets FAKE_NVIDIA_SMI_CASE for tests/fixtures/bin/fake-nvidia-smi).
+The fake upstream serves PyPI, the GitHub release and the torch indexes; uv itself comes from a
+small local index served here (the fake upstream has no uv), as a wheel whose ``uv`` member runs
+the tool venv's uv.
+
+What is proven, and how (each by what is on disk, in the play's output and in the request logs):
+auto on an H100 with driver 580 gets cu13 from PyPI; auto on an A100 with driver 535 gets cu129
+from the GitHub release with torch from the cu129 index; auto whose cu13 GPU check hits
+no_kernel_image falls back to cu129 once and says so; an explicit cu129 is honoured; none installs
+nothing; a bad value fails naming host, variable, value and what is allowed; an explicit build
+whose GPU check fails is not switched; the re-run changes nothing and asks nothing upstream;
+check mode writes nothing; switching back to a version still on disk downloads nothing; old
+environments beyond engine_node_keep go; engine_build.yml records a node's build in its host_vars
+and converges it; report.yml writes JSON, Markdown and HTML matching the nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import COLLECTIONS, REPO
+from tests.integration.test_targets import system_python
+
+FIXTURES = REPO / "tests" / "fixtures"
+BIN = pathlib.Path(sys.executable).parent
+UV_VERSION = "0.13.8"
+ARCH = os.uname().machine
+MARKER = ".llmfleet-engine.json"
+
+pytestmark = pytest.mark.integration
+
+
+# --------------------------------------------------------------------------------------------
+# A PyPI-like JSON index that serves uv wheels, with a request log.
+
+
+def _wheel(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            info = zipfile.ZipInfo(name, date_time=(2025, 11, 1, 0, 0, 0))
+            info.external_attr = 0o755 << 16
+            archive.writestr(info, data)
+    return buf.getvalue()
+
+
+def uv_wheels(version: str = UV_VERSION) -> dict[str, bytes]:
+    """uv's wheels as PyPI lists them: only this machine's manylinux one holds a working uv."""
+    real = BIN / "uv"
+    good = f'#!/bin/sh\nexec "{real}" "$@"\n'.encode()
+    bad = b"#!/bin/sh\necho 'wrong wheel picked' >&2\nexit 3\n"
+    other = "aarch64" if ARCH == "x86_64" else "x86_64"
+    data = f"uv-{version}.data/scripts/uv"
+    info = f"uv-{version}.dist-info/"
+    meta = {info + "METADATA": f"Metadata-Version: 2.1\nName: uv\nVersion: {version}\n".encode(),
+            info + "WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-any\n"}
+    return {
+        f"uv-{version}-py3-none-manylinux_2_17_{ARCH}.manylinux2014_{ARCH}.whl": _wheel({data: good, **meta}),
+        f"uv-{version}-py3-none-manylinux_2_17_{other}.manylinux2014_{other}.whl": _wheel({data: bad, **meta}),
+        f"uv-{version}-py3-none-musllinux_1_1_{ARCH}.whl": _wheel({data: bad, **meta}),
+        f"uv-{version}-py3-none-win_amd64.whl": _wheel({f"uv-{version}.data/scripts/uv.exe": bad, **meta}),
+        f"uv-{version}.tar.gz": b"not a wheel",
+    }
+
+
+class UvIndex:
+    """``/pypi/uv/<version>/json`` and ``/files/<name>`` on 127.0.0.1, logging every request."""
+
+    def __init__(self, files: dict[str, bytes], version: str = UV_VERSION):
+        self.files = files
+        self.version = version
+        self.requests: list[str] = []
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802
+                self.reply(send_body=True)
+
+            def do_HEAD(self):  # noqa: N802
+                self.reply(send_body=False)
+
+            def reply(self, send_body):
+                index.requests.append(f"{self.command} {self.path}")
+                body, ctype, status = index.answer(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if send_body:
+                    self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def answer(self, path: str):
+        if path.startswith("/files/") and path[7:] in self.files:
+            return self.files[path[7:]], "application/octet-stream", 200
+        if path.rstrip("/") in (f"/pypi/uv/{self.version}/json", "/pypi/uv/json"):
+            urls = [
+                {
+                    "filename": name,
+                    "url": f"{self.url}/files/{name}",
+                    "packagetype": "bdist_wheel" if name.endswith(".whl") else "sdist",
+                    "size": len(data),
+                    "upload_time": "2025-11-01T00:00:00",
+                    "upload_time_iso_8601": "2025-11-01T00:00:00.000000Z",
+                    "digests": {"sha256": hashlib.sha256(data).hexdigest()},
+                    "yanked": False,
+                    "yanked_reason": None,
+                }
+                for name, data in sorted(self.files.items())
+            ]
+            doc = {"info": {"name": "uv", "version": self.version, "yanked": False, "yanked_reason": None},
+                   "urls": urls, "releases": {self.version: urls}}
+            return json.dumps(doc).encode(), "application/json", 200
+        return b'{"message": "Not Found"}', "application/json", 404
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def uv_index():
+    index = UvIndex(uv_wheels()).start()
+    try:
+        yield index
+    finally:
+        index.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# The simulated fleet.
+
+# name -> (fake nvidia-smi case, host variables)
+NODES = {
+    # H100, driver 580: auto -> cu13, vLLM 0.20.0's PyPI wheel.
+    "h100": ("h100-580", {"engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"}}),
+    # A100, driver 535: auto -> cu129, the +cu129 wheel of the GitHub release, torch from cu129.
+    "a100": ("a100-535", {"engine_node_check_env": {"FAKE_TORCH_CUDA": "ok",
+                                                      "FAKE_TORCH_GPUS": "NVIDIA A100-SXM4-80GB=8.0"}}),
+    # H100 where the CUDA 13 build has no kernel for the GPU: auto -> cu13, GPU check fails with
+    # no_kernel_image, the role tries cu129 once, which computes. engine_node_attempt_build is
+    # the build being tried (a fact the role sets), so the simulated GPU answers per build.
+    "fallback": ("h100-580", {"engine_node_check_env": {
+        "FAKE_TORCH_CUDA": "{{ 'no_kernel_image' if engine_node_attempt_build | default('') == 'cu13' else 'ok' }}"}}),
+    # Explicit cu129 on a node that could run cu13: honoured.
+    "explicit": ("h100-580", {"engine_node_build": "cu129", "engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"}}),
+    # none: nothing installed.
+    "off": ("h100-580", {"engine_node_build": "none"}),
+}
+
+
+class Fleet:
+    """An inventory directory of simulated nodes, and ansible-playbook runs against it."""
+
+    def __init__(self, tmp: pathlib.Path, upstream, uv_index, nodes: dict, version: str = "0.20.0"):
+        self.tmp = tmp
+        self.upstream = upstream
+        self.uv_index = uv_index
+        self.inventory = tmp / "inventory"
+        (self.inventory / "host_vars").mkdir(parents=True)
+        self.roots = {}
+        self.runs = 0
+        hosts = {}
+        for name, (case, hostvars) in nodes.items():
+            root = tmp / "nodes" / name
+            wrapper = tmp / "bin" / f"nvidia-smi-{name}"
+            wrapper.parent.mkdir(parents=True, exist_ok=True)
+            wrapper.write_text(
+                "#!/bin/sh\n"
+                f'FAKE_NVIDIA_SMI_CASE="{FIXTURES / "nvidia-smi" / case}" '
+                f'exec "{sys.executable}" "{FIXTURES / "bin" / "fake-nvidia-smi"}" "$@"\n'
+            )
+            wrapper.chmod(0o755)
+            self.roots[name] = root
+            hosts[name] = {"engine_node_root": str(root), "engine_node_nvidia_smi": str(wrapper), **hostvars}
+        up = upstream.url
+        group = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "engine_node_version": version,
+            "engine_node_pypi_url": up,
+            "engine_node_index_url": f"{up}/simple",
+            "engine_node_github_api_url": f"{up}/github/api",
+            "engine_node_github_download_url": f"{up}/github/download",
+            "engine_node_torch_index_url": f"{up}/torch",
+            "engine_node_uv_index_url": uv_index.url,
+            "engine_node_python": system_python(),
+            "engine_node_python_preference": "only-system",
+            "engine_node_free_gb": 0,
+            "engine_node_install_timeout": 600,
+            "engine_node_progress_interval": 1,
+        }
+        (self.inventory / "hosts.yml").write_text(json.dumps({"all": {"vars": group, "hosts": hosts}}, indent=2))
+
+    def play(self, playbook: str, *args: str, extra: dict | None = None) -> "Run":
+        env = dict(os.environ)
+        env.update(
+            {
+                "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+                "ANSIBLE_LOCAL_TEMP": str(self.tmp / "ansible-local"),
+                "ANSIBLE_REMOTE_TEMP": str(self.tmp / "ansible-remote"),
+                "ANSIBLE_ASYNC_DIR": str(self.tmp / "ansible-async"),
+                "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_FORCE_COLOR": "0",
+                "ANSIBLE_STDOUT_CALLBACK": "default",
+                "ANSIBLE_RETRY_FILES_ENABLED": "0",
+                "ANSIBLE_FORKS": "10",
+                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            }
+        )
+        env.pop("GITHUB_TOKEN", None)
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(REPO / "playbooks" / playbook), *args]
+        if extra:
+            cmd += ["-e", json.dumps(extra)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500, check=False)
+        self.runs += 1
+        log = self.tmp / f"run-{self.runs:02d}-{playbook.replace('.yml', '')}.log"
+        log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+        return Run(proc, log)
+
+    def set_host(self, name: str, **hostvars):
+        doc = json.loads((self.inventory / "hosts.yml").read_text())
+        doc["all"]["hosts"][name].update(hostvars)
+        (self.inventory / "hosts.yml").write_text(json.dumps(doc, indent=2))
+
+    def envs(self, name: str) -> list[str]:
+        """Environment directories (with a marker) under a node's root."""
+        base = self.roots[name] / "engines" / "vllm"
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if (p / MARKER).is_file() and not p.is_symlink())
+
+    def current(self, name: str) -> str | None:
+        link = self.roots[name] / "engines" / "vllm" / "current"
+        return os.readlink(link) if link.is_symlink() else None
+
+    def marker(self, name: str, env: str) -> dict:
+        return json.loads((self.roots[name] / "engines" / "vllm" / env / MARKER).read_text())
+
+    def imports(self, name: str, env: str = "current") -> list[str]:
+        python = self.roots[name] / "engines" / "vllm" / env / "bin" / "python"
+        out = subprocess.run(
+            [str(python), "-c", "import vllm, torch; print(vllm.__version__, torch.__version__, torch.version.cuda)"],
+            capture_output=True, text=True, check=True, timeout=120,
+        )
+        return out.stdout.split()
+
+    def snapshot(self) -> dict[str, tuple]:
+        """Every path under the node roots with its type, size and mtime."""
+        found = {}
+        base = self.tmp / "nodes"
+        if not base.exists():
+            return found
+        for path in sorted(base.rglob("*")):
+            st = path.lstat()
+            found[str(path.relative_to(base))] = (st.st_mode, st.st_size, st.st_mtime_ns,
+                                                  os.readlink(path) if path.is_symlink() else None)
+        return found
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess, log: pathlib.Path):
+        self.rc = proc.returncode
+        self.out = proc.stdout + proc.stderr
+        self.log = log
+
+    def recap(self) -> dict[str, dict[str, int]]:
+        found = {}
+        for host, counts in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", self.out, re.M):
+            found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
+        return found
+
+    def __repr__(self):
+        return "ansible-playbook exited %s; whole output in %s; its end:\n%s" % (self.rc, self.log, self.out[-3000:])
+
+
+def github_requests(upstream) -> list[str]:
+    return [r["path"] for r in upstream.log() if r["path"].startswith("/github/")]
+
+
+# --------------------------------------------------------------------------------------------
+# Tests.
+
+
+def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, uv_index, tmp_path):
+    fleet = Fleet(tmp_path, upstream, uv_index, NODES)
+
+    # --- check mode on the empty fleet writes nothing ----------------------------------------
+    run = fleet.play("site.yml", "--check")
+    assert run.rc == 0, run
+    assert fleet.snapshot() == {}, run
+    assert "would download uv 0.13.8 and build vLLM 0.20.0 cu13" in run.out, run
+
+    # --- converge ---------------------------------------------------------------------------
+    upstream.clear_log()
+    uv_index.requests.clear()
+    # Slow torch downloads a little, so that a progress line falls inside a step.
+    upstream.fault("slow", delay=4.0, count=6, path="/files/torch-2.11.0")
+    run = fleet.play("site.yml")
+    assert run.rc == 0, run
+    recap = run.recap()
+    assert all(recap[n]["failed"] == 0 for n in NODES), run
+
+    # auto on H100/580: cu13, PyPI's wheel, PyPI's torch (CUDA 13.0)
+    assert fleet.current("h100") == "0.20.0-cu13"
+    assert fleet.imports("h100") == ["0.20.0", "2.11.0", "13.0"]
+    assert fleet.marker("h100", "0.20.0-cu13")["gpu"]["ok"] is True
+    # auto on A100/535: cu129, the GitHub +cu129 wheel, torch from the cu129 index
+    assert fleet.current("a100") == "0.20.0-cu129"
+    assert fleet.imports("a100") == ["0.20.0+cu129", "2.11.0+cu129", "12.9"]
+    spec = fleet.marker("a100", "0.20.0-cu129")["spec"]
+    assert spec["extra_index_url"] == [f"{upstream.url}/torch/cu129"]
+    assert "/github/download/vllm-project/vllm/releases/download/v0.20.0/" in spec["wheel"]["url"]
+    # auto fell back from cu13 (no_kernel_image) to cu129, once, and said so
+    assert fleet.current("fallback") == "0.20.0-cu129"
+    assert fleet.envs("fallback") == ["0.20.0-cu129"]
+    assert fleet.imports("fallback") == ["0.20.0+cu129", "2.11.0+cu129", "12.9"]
+    assert re.search(r"fallback: auto chose cu13 for vLLM 0\.20\.0, but its GPU check failed\s+\(no_kernel_image", run.out), run
+    assert "trying the other build, cu129, once" in run.out
+    # explicit cu129 on a node that could run cu13
+    assert fleet.current("explicit") == "0.20.0-cu129"
+    # none: nothing at all under its root, and the play says so
+    assert not fleet.roots["off"].exists()
+    assert "off: engine_node_build is none: no engine is installed on this node" in run.out
+    # uv: pinned, from this machine's manylinux wheel, the wheel gone afterwards
+    for name in ("h100", "a100", "fallback", "explicit"):
+        uv_dir = fleet.roots[name] / "uv" / UV_VERSION
+        assert sorted(p.name for p in uv_dir.iterdir()) == ["uv"], name
+        assert subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True).stdout.startswith(f"uv {UV_VERSION}")
+
+    # Look-ups once per play on the controller: one release look-up for the one GitHub build
+    # (three nodes need vllm 0.20.0 +cu129 for x86_64), one PyPI look-up, one uv look-up.
+    gh = github_requests(upstream)
+    assert gh.count("/github/api/repos/vllm-project/vllm/releases/tags/v0.20.0") == 1, gh
+    pypi = [r["path"] for r in upstream.log() if r["path"].startswith("/pypi/")]
+    assert pypi == ["/pypi/vllm/0.20.0/json"], pypi
+    assert [p for p in uv_index.requests if "/pypi/" in p] == [f"GET /pypi/uv/{UV_VERSION}/json"]
+    # Progress was shown while building: the step and its seconds.
+    steps = "|".join(["creating the Python environment", "resolving dependencies",
+                      "downloading and installing packages", "checking that vLLM imports"])
+    assert re.search(r"vllm 0\.20\.0 cu1(3|29) on \w+:\s+(%s), \d+ s\s+\(building for \d+ s\)" % steps, run.out), run
+
+    # --- the re-run: nothing changes, nothing is asked upstream ------------------------------
+    upstream.clear_log()
+    uv_index.requests.clear()
+    before = fleet.snapshot()
+    run = fleet.play("site.yml")
+    assert run.rc == 0, run
+    recap = run.recap()
+    assert {n: recap[n]["changed"] for n in NODES} == {n: 0 for n in NODES}, run
+    assert upstream.log() == [], upstream.log()
+    assert uv_index.requests == []
+    assert fleet.snapshot() == before
+    assert "h100: vllm 0.20.0 cu13 is current" in run.out
+    # auto remembers the fallback (note beside the environments) instead of retrying cu13 each run
+    note = json.loads((fleet.roots["fallback"] / "engines" / "vllm" / "0.20.0-cu13.gpu-check-failed.json").read_text())
+    assert (note["from"], note["to"], note["classification"], note["driver_version"]) == ("cu13", "cu129", "no_kernel_image", "580.65.06")
+    assert "fallback: vllm 0.20.0 cu129 is current" in run.out and "auto keeps it: cu13 failed its GPU check" in run.out
+
+    # --- check mode with a new version: reports the change, writes nothing --------------------
+    fleet.set_host("h100", engine_node_version="0.15.1")
+    run = fleet.play("site.yml", "--check", "--limit", "h100")
+    assert run.rc == 0, run
+    assert run.recap()["h100"]["changed"] >= 1, run
+    assert fleet.snapshot() == before
+
+    # --- a new version on h100: installed, the old one kept (engine_node_keep 1) -------------
+    run = fleet.play("site.yml", "--limit", "h100")
+    assert run.rc == 0, run
+    assert fleet.current("h100") == "0.15.1-cu129"   # 0.15.1's PyPI wheel is the CUDA 12.9 build
+    assert fleet.envs("h100") == ["0.15.1-cu129", "0.20.0-cu13"]
+    assert "RUNNING HANDLER [llmfleet.engines.engine_node : Restart the engine services]" in run.out
+
+    # --- back to 0.20.0: on disk, so instant and without a request ---------------------------
+    upstream.clear_log()
+    uv_index.requests.clear()
+    fleet.set_host("h100", engine_node_version="0.20.0")
+    run = fleet.play("site.yml", "--limit", "h100")
+    assert run.rc == 0, run
+    assert fleet.current("h100") == "0.20.0-cu13"
+    assert upstream.log() == [] and uv_index.requests == []
+    assert "h100: switched current to vllm 0.20.0 cu13, already on disk (no download)" in run.out
+    assert fleet.envs("h100") == ["0.15.1-cu129", "0.20.0-cu13"]
+
+    # --- a third version: the oldest goes, the one just left stays ---------------------------
+    fleet.set_host("h100", engine_node_version="0.11.2")
+    run = fleet.play("site.yml", "--limit", "h100")
+    assert run.rc == 0, run
+    assert fleet.current("h100") == "0.11.2-cu129"
+    assert fleet.envs("h100") == ["0.11.2-cu129", "0.20.0-cu13"]

@@ -1,0 +1,321 @@
+"""Benchmarks 2 and 4: a fleet of N simulated nodes (local connection, one root each, a fake
+H100 with driver 580, so build auto picks cu13 from PyPI) against the fake upstream.
+
+For each N: the rollout (``playbooks/site.yml`` on fresh nodes: wall time, and every byte the
+fleet pulled from the upstream, by kind), then the no-op re-run of the converged fleet (what an
+hourly AWX job costs) against a bare playbook running one ``ansible.builtin.stat`` on the same N
+hosts (``bench/playbooks/bare.yml``), alternated, several times. Every run counts its tasks and
+module calls per node (``bench/callback_plugins/bench_count.py``) and what reached the upstream.
+With ``--variants``, the no-op re-run again at the largest N under settings a site can choose
+without touching the role (pipelining, forks, an explicit build), each against the default.
+
+    python -m bench.fleet [--n 1 10 50] [--reps 3] [--variants] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+
+from bench.common import (
+    BIN,
+    FIXTURES,
+    REPO,
+    WORK,
+    Traffic,
+    Upstream,
+    alternate,
+    ansible_env,
+    apparent_bytes,
+    du_bytes,
+    ensure_collection_link,
+    median,
+    ratio,
+    rel,
+    run_timed,
+    shell_line,
+    summary,
+    system_python,
+    write_json,
+)
+
+CASE = "h100-580"
+VERSION = "0.20.0"
+SITE = REPO / "playbooks" / "site.yml"
+BARE = REPO / "bench" / "playbooks" / "bare.yml"
+CALLBACKS = REPO / "bench" / "callback_plugins"
+FORKS = 5  # Ansible's default, and AWX's when a job template leaves forks at 0
+
+
+def uv_index_server():
+    """The uv index the role's tests use (tests/uv_index.py): uv's wheel, holding this machine's uv."""
+    from tests.uv_index import UvIndex  # pylint: disable=import-outside-toplevel
+
+    return UvIndex(BIN / "uv").start()
+
+
+class UvTraffic:
+    def __init__(self, index):
+        self.index = index
+
+    def summarize(self, requests: list[str]) -> dict:
+        total = 0
+        for line in requests:
+            method, path = line.split(" ", 1)
+            if method == "GET":
+                status, _ctype, body = self.index.answer(path)
+                total += len(body) if status == 200 else 0
+        return {"requests": len(requests), "bytes": total}
+
+
+class Fleet:
+    """An inventory of ``n`` simulated nodes and ansible-playbook runs against it."""
+
+    def __init__(self, work: pathlib.Path, n: int, upstream: Upstream, uv_index):
+        self.work = work
+        self.n = n
+        self.upstream = upstream
+        self.uv_index = uv_index
+        self.inventory = work / "inventory" / "hosts.yml"
+        self.inventory.parent.mkdir(parents=True, exist_ok=True)
+        wrapper = work / "bin" / "nvidia-smi"
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        wrapper.write_text("#!/bin/sh\nFAKE_NVIDIA_SMI_CASE=\"%s\" exec \"%s\" \"%s\" \"$@\"\n"
+                           % (FIXTURES / "nvidia-smi" / CASE, sys.executable, FIXTURES / "bin" / "fake-nvidia-smi"))
+        wrapper.chmod(0o755)
+        self.names = ["node%03d" % i for i in range(1, n + 1)]
+        self.roots = {name: work / "nodes" / name for name in self.names}
+        up = upstream.url
+        group = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "engine_node_version": VERSION,
+            "engine_node_nvidia_smi": str(wrapper),
+            "engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"},
+            "engine_node_pypi_url": up,
+            "engine_node_index_url": up + "/simple",
+            "engine_node_github_api_url": up + "/github/api",
+            "engine_node_github_download_url": up + "/github/download",
+            "engine_node_torch_index_url": up + "/torch",
+            "engine_node_uv_index_url": uv_index.url,
+            "engine_node_python": system_python(),
+            "engine_node_python_preference": "only-system",
+            "engine_node_free_gb": 0,
+            "engine_node_install_timeout": 900,
+            "engine_node_progress_interval": 2,
+        }
+        hosts = {name: {"engine_node_root": str(root)} for name, root in self.roots.items()}
+        self.inventory.write_text(json.dumps({"all": {"vars": group, "hosts": hosts}}, indent=1))
+        self.runs = 0
+
+    def play(self, playbook: pathlib.Path, *args: str, env_extra: dict | None = None) -> dict:
+        self.runs += 1
+        count_out = self.work / ("count-%d.json" % self.runs)
+        extra = {"ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": "bench_count",
+                 "BENCH_COUNT_OUT": str(count_out), "ANSIBLE_STDOUT_CALLBACK": "default",
+                 "ANSIBLE_FORKS": str(FORKS)}
+        extra.update(env_extra or {})
+        env = ansible_env(self.work, **extra)
+        argv = [BIN / "ansible-playbook", "-i", self.inventory, playbook, *args]
+        self.upstream.clear_log()
+        self.uv_index.requests.clear()
+        res = run_timed(argv, env=env, cwd=REPO, timeout=3600)
+        log = self.upstream.log()
+        uv_requests = list(self.uv_index.requests)
+        (self.work / ("play-%d.out" % self.runs)).write_text(res.out + res.err)
+        if res.rc != 0:
+            raise RuntimeError("%s exited %s (output in %s):\n%s" % (
+                shell_line([rel(a) for a in argv]), res.rc, self.work / ("play-%d.out" % self.runs), res.out[-6000:]))
+        counts = json.loads(count_out.read_text())
+        shown = {k: v for k, v in extra.items() if k not in ("BENCH_COUNT_OUT",)}
+        shown["ANSIBLE_CALLBACK_PLUGINS"] = rel(CALLBACKS)
+        return {"wall": res.wall, "cpu": res.cpu, "counts": counts, "upstream_log": log, "uv_requests": uv_requests,
+                "command": shell_line([rel(a) for a in argv], shown), "changed": _recap_changed(res.out)}
+
+
+def _recap_changed(out: str) -> int:
+    total = 0
+    for line in out.splitlines():
+        if " : ok=" in line and "changed=" in line:
+            total += int(line.split("changed=", 1)[1].split()[0])
+    return total
+
+
+def per_node(counts: dict) -> dict:
+    """Medians over the nodes of a run: task results, module calls (all, and those on the controller)."""
+    hosts = [h for name, h in counts["hosts"].items() if name != "localhost"]
+    keys = ("results", "ok", "changed", "skipped", "module_calls", "controller_module_calls")
+    out = {k: median([h[k] for h in hosts]) for k in keys}
+    actions = {}
+    for host in hosts:
+        for action, calls in host["by_action"].items():
+            actions.setdefault(action, []).append(calls)
+    out["module_calls_by_action"] = {a: median(v + [0] * (len(hosts) - len(v))) for a, v in sorted(actions.items())}
+    return out
+
+
+def top_tasks(runs: list[dict], limit: int = 12) -> list[dict]:
+    """The tasks that took longest (median over the runs of each task's wall time, whole fleet)."""
+    per_task = {}
+    for run in runs:
+        seen = {}
+        for task in run["counts"]["tasks"]:
+            key = (task["name"], task["action"])
+            seen[key] = seen.get(key, 0) + (task["seconds"] or 0)
+            per_task.setdefault(key, {"results": task["results"], "module_calls": task["module_calls"], "seconds": []})
+        for key, seconds in seen.items():
+            per_task[key]["seconds"].append(seconds)
+    rows = [{"task": name, "action": action, "seconds": median(v["seconds"]), "results": v["results"],
+             "module_calls": v["module_calls"]} for (name, action), v in per_task.items()]
+    rows.sort(key=lambda r: -(r["seconds"] or 0))
+    return rows[:limit]
+
+
+def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traffic: Traffic, uv_traffic: UvTraffic) -> dict:
+    shutil.rmtree(work, ignore_errors=True)
+    fleet = Fleet(work, n, up, uv_index)
+    # the rollout: fresh nodes
+    rollout = fleet.play(SITE)
+    currents = {name: os.readlink(root / "engines" / "vllm" / "current")
+                for name, root in fleet.roots.items() if (root / "engines" / "vllm" / "current").is_symlink()}
+    if len(currents) != n or set(currents.values()) != {"%s-cu13" % VERSION}:
+        raise RuntimeError("the rollout did not converge every node: %s" % currents)
+    up_traffic = traffic.summarize(rollout["upstream_log"])
+    uv_bytes = uv_traffic.summarize(rollout["uv_requests"])
+    first = fleet.roots[fleet.names[0]]
+    disk = {
+        "node_root_bytes": du_bytes(first),
+        "node_env_bytes": du_bytes(first / "engines" / "vllm" / ("%s-cu13" % VERSION)),
+        "node_uv_bytes": du_bytes(first / "uv"),
+        "node_cache_bytes": du_bytes(first / "cache"),
+        "fleet_roots_bytes": du_bytes(*fleet.roots.values()),
+        "node_root_apparent_bytes": apparent_bytes(first),
+    }
+    # the no-op re-run, against the bare playbook
+    sides = [("site.yml", lambda i: fleet.play(SITE)), ("bare", lambda i: fleet.play(BARE))]
+    samples = alternate(reps, sides)
+    for sample in samples["site.yml"]:
+        if sample["changed"]:
+            raise RuntimeError("the no-op re-run changed something (%s changed)" % sample["changed"])
+    noop_requests = [len(s["upstream_log"]) + len(s["uv_requests"]) for s in samples["site.yml"]]
+    sums = {name: summary(s) for name, s in samples.items()}
+    return {
+        "n": n,
+        "forks": FORKS,
+        "rollout": {
+            "wall": round(rollout["wall"], 3), "cpu": round(rollout["cpu"], 3),
+            "per_node": per_node(rollout["counts"]),
+            "upstream": up_traffic,
+            "uv_index": uv_bytes,
+            "bytes_total": up_traffic["bytes"] + uv_bytes["bytes"],
+            "bytes_per_node": round((up_traffic["bytes"] + uv_bytes["bytes"]) / n),
+            "disk": disk,
+            "top_tasks": top_tasks([rollout]),
+            "command": rollout["command"],
+        },
+        "noop": {
+            "sides": sums,
+            "ratio_wall": ratio(sums["site.yml"]["wall_median"], sums["bare"]["wall_median"]),
+            "ratio_cpu": ratio(sums["site.yml"]["cpu_median"], sums["bare"]["cpu_median"]),
+            "wall_per_node": {k: round(v["wall_median"] / n, 3) for k, v in sums.items()},
+            "per_node": {"site.yml": per_node(samples["site.yml"][0]["counts"]),
+                         "bare": per_node(samples["bare"][0]["counts"])},
+            "requests_upstream": {"per_run": noop_requests,
+                                  "by_kind": _kinds(samples["site.yml"])},
+            "top_tasks": top_tasks(samples["site.yml"]),
+            "commands": {"site.yml": samples["site.yml"][0]["command"], "bare": samples["bare"][0]["command"]},
+        },
+        "_fleet": fleet,
+    }
+
+
+def _kinds(samples) -> dict:
+    kinds = {}
+    for sample in samples:
+        for entry in sample["upstream_log"]:
+            kinds[entry["path"]] = kinds.get(entry["path"], 0) + 1
+        for line in sample["uv_requests"]:
+            kinds["uv index " + line] = kinds.get("uv index " + line, 0) + 1
+    return kinds
+
+
+VARIANTS = (
+    ("pipelining", "ANSIBLE_PIPELINING=True", {"env": {"ANSIBLE_PIPELINING": "True"}}),
+    ("forks 10", "ANSIBLE_FORKS=10", {"env": {"ANSIBLE_FORKS": "10"}}),
+    ("forks 20", "ANSIBLE_FORKS=20", {"env": {"ANSIBLE_FORKS": "20"}}),
+    ("explicit build", "-e engine_node_build=cu13 (no gpu_probe)", {"args": ["-e", "engine_node_build=cu13"]}),
+)
+
+
+def bench_variants(fleet: Fleet, reps: int) -> list[dict]:
+    """The no-op re-run under settings a site can choose, each alternated with the default."""
+    rows = []
+    for name, how, spec in VARIANTS:
+        sides = [("default", lambda i: fleet.play(SITE)),
+                 (name, lambda i, spec=spec: fleet.play(SITE, *spec.get("args", []), env_extra=spec.get("env")))]
+        samples = alternate(reps, sides)
+        sums = {k: summary(v) for k, v in samples.items()}
+        rows.append({"variant": name, "how": how, "n": fleet.n, "sides": sums,
+                     "ratio_wall": ratio(sums[name]["wall_median"], sums["default"]["wall_median"]),
+                     "ratio_cpu": ratio(sums[name]["cpu_median"], sums["default"]["cpu_median"]),
+                     "module_calls_per_node": per_node(samples[name][0]["counts"])["module_calls"],
+                     "command": samples[name][0]["command"]})
+    return rows
+
+
+def run(ns=(1, 10, 50), reps: int = 3, variants: bool = False, work: pathlib.Path | None = None,
+        keep: bool = False) -> dict:
+    ensure_collection_link()
+    work = work or WORK / "fleet"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    out = {"name": "fleet", "reps": reps, "forks": FORKS, "fleets": [], "variants": []}
+    uv_index = uv_index_server()
+    try:
+        with Upstream(work / "upstream") as up:
+            out["upstream_command"] = up.command
+            traffic = Traffic(up.url, up.catalog())
+            uv_traffic = UvTraffic(uv_index)
+            last = None
+            for n in sorted(ns):
+                result = bench_n(work / ("n%d" % n), n, reps, up, uv_index, traffic, uv_traffic)
+                last = result.pop("_fleet")
+                out["fleets"].append(_scrub(result, up.url, uv_index.url))
+                if n != max(ns) and not keep:
+                    shutil.rmtree(work / ("n%d" % n), ignore_errors=True)
+            if variants and last is not None:
+                out["variants"] = [_scrub(r, up.url, uv_index.url) for r in bench_variants(last, reps)]
+    finally:
+        uv_index.stop()
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _scrub(data, *urls):
+    text = json.dumps(data)
+    for url, name in zip(urls, ("$UPSTREAM", "$UV_INDEX")):
+        text = text.replace(url, name)
+    return json.loads(text.replace(str(REPO) + "/", ""))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--variants", action="store_true", help="also the no-op re-run under other settings")
+    parser.add_argument("--keep", action="store_true", help="keep the simulated nodes under build/bench/fleet")
+    parser.add_argument("--json", type=pathlib.Path, default=WORK / "fleet.json")
+    args = parser.parse_args(argv)
+    data = run(args.n, args.reps, args.variants, keep=args.keep)
+    write_json(args.json, data)
+    print(json.dumps(data, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Smoke run of the benchmarks (bench/): every benchmark runs once, with N = 1 and one repetition,
+and reports well-formed figures. No timing is asserted: the figures themselves are what
+``make bench`` publishes in bench/results.md, on a machine left alone for it.
+
+The real-PyPI cases and the fleet's settings variants are left out (``--no-pypi --no-variants``).
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+SECTIONS = (
+    "## 1. Flow overhead",
+    "## 2. No-op re-run of a converged fleet",
+    "## 3. Disk and download per node",
+    "## 4. Fleet download",
+)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    work = tmp_path_factory.mktemp("bench")
+    output = work / "results.md"
+    cmd = [sys.executable, "-m", "bench.run", "--n", "1", "--reps", "1", "--fleet-reps", "1", "--no-pypi",
+           "--no-variants", "--work", str(work / "scratch"), "--json", str(work / "results.json"),
+           "--output", str(output)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
+    data = json.loads((work / "results.json").read_text())
+    return {"data": data, "markdown": output.read_text(), "work": work}
+
+
+def is_seconds(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0
+
+
+def check_side(side, runs=1):
+    assert side["runs"] == runs
+    assert len(side["wall"]) == len(side["cpu"]) == runs
+    assert is_seconds(side["wall_median"]), side
+    assert isinstance(side["cpu_median"], numbers.Real) and side["cpu_median"] >= 0, side
+
+
+def test_machine_and_command_are_recorded(smoke):
+    data = smoke["data"]
+    machine = data["machine"]
+    assert isinstance(machine["nproc"], int) and machine["nproc"] >= 1
+    assert machine["memory_gib"] > 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", machine["date"])
+    assert machine["uv"].startswith("uv ")
+    assert data["command"].startswith("python -m bench.run --n 1 --reps 1")
+    assert len(data["machine_end"]["load_average"]) == 3
+    # scratch space is cleaned up
+    assert not (smoke["work"] / "scratch" / "flow").exists()
+    assert not (smoke["work"] / "scratch" / "fleet").exists()
+
+
+def test_flow_compares_module_and_ansible_with_raw_uv(smoke):
+    flow = smoke["data"]["flow"]
+    runs = {(c["cache"]): c for c in flow["cases"]}
+    assert set(runs) == {"cold", "warm", "no-op (up to date)"}
+    for cache in ("cold", "warm"):
+        case = runs[cache]
+        for name in ("raw", "module", "ansible"):
+            check_side(case["sides"][name])
+        for key in ("module/raw", "ansible/raw"):
+            assert is_seconds(case["ratio_wall"][key]) and is_seconds(case["ratio_cpu"][key])
+        # the module really built, through every step of its flow
+        assert list(case["module_steps_median"]) == ["check", "prepare", "venv", "resolve", "install", "verify",
+                                                     "marker", "switch"]
+    noop = runs["no-op (up to date)"]
+    for name in ("ansible uv_engine_env", "ansible stat", "module"):
+        check_side(noop["sides"][name])
+    assert list(noop["module_steps_median"]) == ["check"]  # up to date: nothing but the check
+    raw = "\n".join(flow["commands"]["fake upstream"]["raw"])
+    for piece in ("uv venv --relocatable", "uv pip compile --generate-hashes --quiet --exclude-newer 2026-06-11T12:00:00Z",
+                  "uv pip install --quiet --python", "--require-hashes --no-deps", "import vllm"):
+        assert piece in raw
+    assert "ansible localhost -m llmfleet.engines.uv_engine_env" in flow["commands"]["fake upstream"]["ansible uv_engine_env"][0]
+
+
+def test_fleet_counts_tasks_module_calls_and_requests(smoke):
+    fleet = smoke["data"]["fleet"]
+    [one] = fleet["fleets"]
+    assert one["n"] == 1
+    noop = one["noop"]
+    check_side(noop["sides"]["site.yml"])
+    check_side(noop["sides"]["bare"])
+    assert is_seconds(noop["ratio_wall"])
+    # the bare playbook is one stat per node: the counter must see exactly that
+    bare = noop["per_node"]["bare"]
+    assert (bare["results"], bare["module_calls"], bare["module_calls_by_action"]) == (1, 1, {"stat": 1})
+    site = noop["per_node"]["site.yml"]
+    assert site["changed"] == 0
+    assert site["results"] > site["module_calls"] >= 1
+    assert noop["requests_upstream"]["per_run"] == [0]
+    assert all(set(t) == {"task", "action", "seconds", "results", "module_calls"} for t in noop["top_tasks"])
+    rollout = one["rollout"]
+    assert rollout["per_node"]["changed"] >= 1
+    # the rollout downloaded the engine's wheels from the upstream and uv from its index
+    assert rollout["upstream"]["by_kind"]["pypi_files"]["bytes"] > 0
+    assert rollout["uv_index"]["bytes"] > 0
+    assert rollout["bytes_total"] == rollout["upstream"]["bytes"] + rollout["uv_index"]["bytes"]
+    assert rollout["disk"]["node_env_bytes"] > 0
+    assert "playbooks/site.yml" in noop["commands"]["site.yml"]
+    assert "bench/playbooks/bare.yml" in noop["commands"]["bare"]
+
+
+def test_disk_measures_both_cache_policies(smoke):
+    [case] = smoke["data"]["disk"]["cases"]
+    kept, dropped = case["scenarios"]
+    assert (kept["keep_cache"], dropped["keep_cache"]) == (True, False)
+    for scenario in (kept, dropped):
+        for build in ("first", "second"):
+            assert scenario[build]["packages"] == 3
+            assert scenario[build]["download"]["bytes"] > 0
+            assert scenario[build]["download"]["by_kind"]["pypi_files"]["requests"] >= 3
+        assert scenario["first"]["env"] > 0
+        assert scenario["second"]["envs_together"] <= scenario["first"]["env"] + scenario["second"]["env"]
+    assert kept["first"]["cache"] > 0
+    assert dropped["first"]["cache"] == 0
+    assert dropped["second"]["envs_shared"] == 0
+
+
+def test_markdown_is_well_formed(smoke):
+    text = smoke["markdown"]
+    positions = [text.index(title) for title in SECTIONS]
+    assert positions == sorted(positions)
+    assert re.search(r"\d+ CPUs \(nproc\), [\d.]+ GiB memory", text)
+    assert "None" not in text and "nan" not in text.lower().split()
+    # every table row has as many cells as its header
+    for block in re.findall(r"((?:^\|.*\|\n)+)", text, re.M):
+        rows = block.strip("\n").split("\n")
+        assert re.fullmatch(r"\|(---\|)+", rows[1]), rows[1]
+        widths = {len(row.split(" | ")) for row in rows if not row.startswith("|---")}
+        assert len(widths) == 1, block
+    # the report renders the same page from the JSON
+    again = subprocess.run([sys.executable, "-m", "bench.report", str(smoke["work"] / "results.json")], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout
+    assert again == text

@@ -19,7 +19,7 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build requirements clean
+.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
@@ -80,6 +80,10 @@ build: venv
 
 test: venv
 	$(MAKE) units integration network docs build lint sanity latest
+
+# Benchmarks (not part of make test: they time things; minutes, and the real PyPI). Writes bench/results.md.
+bench: venv
+	$(VENV)/bin/python -m bench.run $(BENCH_ARGS)
 
 requirements:
 	uv pip compile -q --generate-hashes --python-version 3.11 requirements/dev.in -o requirements/dev.txt

@@ -17,10 +17,13 @@ FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    """module.warn() collects into a process-wide dict: give each test its own."""
+    """module.warn() collects into a process-wide dict: give each test its own, and module-side
+    behaviour even when controller code imported earlier in the session set controller mode."""
+    from ansible.module_utils import _internal
     from ansible.module_utils.common import warnings
 
     monkeypatch.setattr(warnings, "_global_warnings", {})
+    monkeypatch.setattr(_internal, "is_controller", False)
 
 
 @pytest.fixture

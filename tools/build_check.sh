@@ -9,18 +9,19 @@ mkdir -p "$out"
 cd "$repo"
 ansible-galaxy collection build --output-path "$out" --force >/dev/null
 tarball=$(ls "$out"/llmfleet-engines-*.tar.gz)
-bad=$(tar -tzf "$tarball" | grep -E '^(tests|bench|\.ci|\.venv|build|requirements|tools|docs/dev)/|^Makefile$|^changelogs/fragments/.+' || true)
+listing=$(tar -tzf "$tarball")
+bad=$(printf '%s\n' "$listing" | grep -E '^(tests|bench|\.ci|\.venv|build|requirements|tools|docs/dev|extensions/molecule)/|^(Makefile|pytest.ini)$|^changelogs/fragments/.+' || true)
 if [ -n "$bad" ]; then
   echo "ERROR: development files in $tarball:"; echo "$bad"; exit 1
 fi
-for must in galaxy.yml README.md MANIFEST.json FILES.json meta/runtime.yml; do
-  tar -tzf "$tarball" | grep -qx "$must" || { echo "ERROR: $must missing from $tarball"; exit 1; }
+for must in README.md MANIFEST.json FILES.json meta/runtime.yml; do
+  printf '%s\n' "$listing" | grep -qx "$must" || { echo "ERROR: $must missing from $tarball"; exit 1; }
 done
-ansible-galaxy collection install "$tarball" -p "$repo/build/install" --force >/dev/null
+ANSIBLE_COLLECTIONS_PATH=$repo/build/install ansible-galaxy collection install "$tarball" -p "$repo/build/install" --force >/dev/null
 count=0
 for module in "$repo"/plugins/modules/*.py; do
   name=$(basename "$module" .py)
   ANSIBLE_COLLECTIONS_PATH=$repo/build/install ansible-doc -t module "llmfleet.engines.$name" >/dev/null
   count=$((count + 1))
 done
-echo "build: $(basename "$tarball") ($(tar -tzf "$tarball" | wc -l) entries), installed, $count module docs rendered from the installed copy"
+echo "build: $(basename "$tarball") ($(printf '%s\n' "$listing" | wc -l) entries), installed, $count module docs rendered from the installed copy"

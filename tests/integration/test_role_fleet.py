@@ -237,12 +237,13 @@ class Fleet:
             }
         )
         env.pop("GITHUB_TOKEN", None)
-        cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(REPO / "playbooks" / playbook), *args]
+        path = REPO / "playbooks" / playbook  # or an absolute path of a play the test wrote
+        cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(path), *args]
         if extra:
             cmd += ["-e", json.dumps(extra)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500, check=False)
         self.runs += 1
-        log = self.tmp / f"run-{self.runs:02d}-{playbook.replace('.yml', '')}.log"
+        log = self.tmp / f"run-{self.runs:02d}-{path.stem}.log"
         log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         return Run(proc, log)
 
@@ -416,3 +417,118 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert run.rc == 0, run
     assert fleet.current("h100") == "0.11.2-cu129"
     assert fleet.envs("h100") == ["0.11.2-cu129", "0.20.0-cu13"]
+
+
+def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv_index, tmp_path):
+    nodes = {
+        "typo": ("h100-580", {"engine_node_build": "cu12.9"}),
+        # explicit cu13 on a GPU it has no kernels for: fails with the hint, nothing switched
+        "stubborn": ("h100-580", {"engine_node_build": "cu13", "engine_node_check_env": {"FAKE_TORCH_CUDA": "no_kernel_image"}}),
+        "good": ("a100-535", {"engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"}}),
+    }
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    run = fleet.play("site.yml")
+    assert run.rc != 0, run
+    recap = run.recap()
+    assert (recap["typo"]["failed"], recap["stubborn"]["failed"], recap["good"]["failed"]) == (1, 1, 0), run
+
+    # the bad value: host, variable, value and what is allowed, in one message, before anything runs
+    assert ('host typo: variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, none' in run.out), run
+    assert not fleet.roots["typo"].exists()
+
+    # the explicit build whose GPU check fails: the hint, no switch to another build, no leftovers
+    message = re.search(r"fatal: \[stubborn\]: FAILED! => (.*)", run.out.split("Fail this node when")[-1]).group(1)
+    assert "no kernel image is available" in message and "[no_kernel_image]" in message, message
+    assert "engine_node_build is cu13, set for this host, so the role does not switch builds by itself" in message
+    assert "trying the other build" not in run.out
+    assert fleet.current("stubborn") is None and fleet.envs("stubborn") == []
+    assert not (fleet.roots["stubborn"] / "engines" / "vllm" / "0.20.0-cu13.partial").exists()
+    assert not (fleet.roots["stubborn"] / "engines" / "vllm" / "0.20.0-cu129").exists()
+
+    # the rest of the fleet converged
+    assert fleet.current("good") == "0.20.0-cu129"
+
+    # The role used without the playbook: Ansible's argument-spec validation also names the host
+    # (fatal: [typo]), the variable, the value and what is allowed.
+    play = tmp_path / "direct.yml"
+    play.write_text("- hosts: typo\n  gather_facts: false\n  roles: [llmfleet.engines.engine_node]\n")
+    run = fleet.play(str(play))
+    assert run.rc != 0
+    assert re.search(r"fatal: \[typo\]: FAILED!.*value of engine_node_build must be one of: auto, cu13, cu129, none, got: cu12\.9", run.out), run
+
+
+def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tmp_path):
+    nodes = {k: NODES[k] for k in ("h100", "a100", "off")}
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    host_vars = fleet.inventory / "host_vars" / "h100.yml"
+    host_vars.write_text("---\n# operator's notes stay\nengine_node_keep: 2\nengine_node_build: auto\nengine_node_services: []\n")
+    run = fleet.play("site.yml")
+    assert run.rc == 0, run
+    assert (fleet.current("h100"), fleet.current("a100")) == ("0.20.0-cu13", "0.20.0-cu129")
+
+    # a build that is not allowed: refused, the file untouched
+    before = host_vars.read_text()
+    run = fleet.play("engine_build.yml", extra={"node": "h100", "build": "cu12"})
+    assert run.rc != 0 and "build=cu12 (allowed: auto, cu13, cu129, none)" in run.out, run
+    assert host_vars.read_text() == before
+    run = fleet.play("engine_build.yml", extra={"node": "nosuchnode", "build": "cu129"})
+    assert run.rc != 0 and "node=nosuchnode (not a host of this inventory)" in run.out, run
+
+    # h100 to cu129: recorded in its host_vars (the rest kept), applied to h100 alone at once
+    upstream.clear_log()
+    run = fleet.play("engine_build.yml", extra={"node": "h100", "build": "cu129"})
+    assert run.rc == 0, run
+    assert host_vars.read_text() == before.replace("engine_node_build: auto", "engine_node_build: cu129")
+    assert fleet.current("h100") == "0.20.0-cu129"
+    assert fleet.imports("h100") == ["0.20.0+cu129", "2.11.0+cu129", "12.9"]
+    assert fleet.envs("h100") == ["0.20.0-cu129", "0.20.0-cu13"]
+    assert "a100" not in run.recap() and "off" not in run.recap()
+    # a node without a host_vars file gets one
+    run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
+    assert run.rc == 0, run
+    assert (fleet.inventory / "host_vars" / "off.yml").read_text() == "engine_node_build: none\n"
+    # the next fleet run keeps the recorded build and changes nothing
+    run = fleet.play("site.yml")
+    assert run.rc == 0, run
+    assert {n: c["changed"] for n, c in run.recap().items()} == {"h100": 0, "a100": 0, "off": 0}, run
+
+    # the report: one entry per node, matching what is on disk and what the fake drivers say
+    out = tmp_path / "report"
+    run = fleet.play("report.yml", extra={"engine_report_dir": str(out)})
+    assert run.rc == 0, run
+    assert fleet.current("h100") == "0.20.0-cu129"  # read-only
+    report = json.loads((out / "fleet.json").read_text())
+    nodes_by_host = {n["host"]: n for n in report["nodes"]}
+    assert sorted(nodes_by_host) == ["a100", "h100", "off"]
+    expected = {
+        "h100": ("cu129", "cu129", "cu129", "580.65.06", ["NVIDIA H100 80GB HBM3"]),
+        "a100": ("auto", "cu129", "cu129", "535.104.05", ["NVIDIA A100-SXM4-80GB"]),
+        "off": ("none", "none", "none", "580.65.06", ["NVIDIA H100 80GB HBM3"]),
+    }
+    for host, (requested, wanted, effective, driver, gpus) in expected.items():
+        node = nodes_by_host[host]
+        assert (node["requested"], node["wanted"], node["effective"], node["driver_version"]) == (
+            requested, wanted, effective, driver), node
+        assert [g["name"] for g in node["gpus"]] == gpus
+        assert node["version"] == "0.20.0"
+        on_disk = fleet.envs(host)
+        assert [e["name"] for e in node["environments"]] == on_disk
+        assert [e["name"] for e in node["environments"] if e["current"]] == ([fleet.current(host)] if on_disk else [])
+        for env in node["environments"]:
+            assert env["exclude_newer"] == fleet.marker(host, env["name"])["spec"]["exclude_newer"] == "2026-06-11T12:00:00Z"
+    assert nodes_by_host["h100"]["gpu_check"]["ok"] is True
+    assert nodes_by_host["off"]["gpu_check"] is None
+
+    markdown = (out / "fleet.md").read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| ") and not line.startswith("| node")]
+    assert [row.split("|")[1].strip() for row in rows] == ["a100", "h100", "off"]
+    h100_row = [c.strip() for c in rows[1].split("|")[1:-1]]
+    assert h100_row[:8] == ["h100", "NVIDIA H100 80GB HBM3 (1 GPU, cc 9.0)", "580.65.06 (CUDA 13.0)", "cu129", "cu129",
+                            "cu129", "0.20.0", "2026-06-11T12:00:00Z"]
+    assert h100_row[8] == "ok" and h100_row[9] == "0.20.0-cu129 (current), 0.20.0-cu13"
+
+    html = (out / "fleet.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<style>" in html
+    assert not re.search(r"<script|<link|src=|url\(|@import|https?://", html), "the page must not load anything"
+    for host in ("a100", "h100", "off"):
+        assert f"<td>{host}</td>" in html

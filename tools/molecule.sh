@@ -75,7 +75,8 @@ for scenario in "${scenarios[@]}"; do
   if molecule test --scenario-name "$scenario"; then result=passed; else result=FAILED; failed+=("$scenario"); fi
   times+=("$scenario: $result in $(( $(date +%s) - start )) s")
 done
-echo "molecule: ${times[*]/#/$'\n'  }"
+echo "molecule: scenario times:"
+printf '  %s\n' "${times[@]}"
 echo "molecule: ${#scenarios[@]} scenario(s) in $(( $(date +%s) - all_start )) s"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "molecule: failed: ${failed[*]}"

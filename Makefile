@@ -19,12 +19,12 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build requirements clean bench
+.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build molecule requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
 	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core)"
-	@echo "pieces: units integration network latest sanity lint docs build; make requirements re-pins requirements/*.txt"
+	@echo "pieces: units integration network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
 
 $(VENV)/.stamp: requirements/dev.txt
 	rm -rf $(VENV)
@@ -77,6 +77,11 @@ docs: venv
 
 build: venv
 	tools/build_check.sh
+
+# Role scenarios (extensions/molecule/*) in podman containers: prepares podman and a local Debian
+# image (tools/podman_setup.sh, needs root and apt), runs against the fake upstream.
+molecule: venv
+	tools/molecule.sh
 
 test: venv
 	$(MAKE) units integration network docs build lint sanity latest

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import shutil
 import sys
@@ -103,11 +104,15 @@ def scenario(builder: Builder, root: pathlib.Path, case: dict, keep_cache: bool)
         "envs_shared": du_bytes(first["path"]) + du_bytes(second["path"]) - both,
         "root": du_bytes(root),
     }
+    # the first environment pruned (engine_node_keep 0): what stays is the second one, and the cache
+    shutil.rmtree(first["path"])
+    pruned = du_bytes(root)
     return {
         "keep_cache": keep_cache,
         "first": {"version": v1, "packages": first["packages"], "download": first["download"], **after_first},
         "second": {"version": v2, "packages": second["packages"], "download": second["download"], **after_second},
         "second_costs_disk": after_second["root"] - after_first["root"],
+        "root_after_pruning_first": pruned,
     }
 
 
@@ -120,6 +125,51 @@ def bench_case(work: pathlib.Path, case: dict, index_url, upstream, proxy) -> di
         shutil.rmtree(root, ignore_errors=True)
     out["module_args"] = [{k: v for k, v in a.items() if k not in ("path", "cache_dir")} for a in builder.args_log[:2]]
     return out
+
+
+# Real vLLM upgrades, resolved (not installed: several GB each) for Python 3.12 on x86_64 glibc 2.35.
+VLLM_VERSIONS = ("0.11.0", "0.11.1", "0.11.2", "0.12.0")
+VLLM_TARGET = ("3.12", "x86_64-manylinux_2_35")
+
+
+def vllm_lock(work: pathlib.Path, version: str, cutoff: str) -> dict:
+    """The wheels uv picks for vllm==version as of cutoff: {url: size} (a pylock.toml lists each with its size)."""
+    import tomllib  # pylint: disable=import-outside-toplevel
+
+    out = work / ("pylock.vllm%s.toml" % version.replace(".", ""))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_")}
+    env.update({"UV_CACHE_DIR": str(work / "cache"), "UV_NO_CONFIG": "1"})
+    argv = [UV, "pip", "compile", "-", "--quiet", "--exclude-newer", cutoff, "--format", "pylock.toml",
+            "--python-version", VLLM_TARGET[0], "--python-platform", VLLM_TARGET[1], "--output-file", out]
+    run_timed(argv, env=env, data="vllm==%s\n" % version, cwd=work, timeout=900).check("uv pip compile vllm==%s" % version)
+    doc = tomllib.loads(out.read_text())
+    files = {}
+    for package in doc["packages"]:
+        for wheel in package.get("wheels", []) or [package.get("sdist", {})]:
+            if wheel.get("url"):
+                files[wheel["url"]] = wheel.get("size") or 0
+    return {"packages": len(doc["packages"]), "files": files,
+            "command": "echo vllm==%s | uv pip compile - --exclude-newer %s --format pylock.toml --python-version %s "
+                       "--python-platform %s -o pylock.toml" % (version, cutoff, VLLM_TARGET[0], VLLM_TARGET[1])}
+
+
+def vllm_upgrades(work: pathlib.Path, versions=VLLM_VERSIONS) -> dict:
+    """What each upgrade of a real vLLM downloads with the uv cache kept (only files the previous
+    version did not have) and dropped (everything again)."""
+    work.mkdir(parents=True, exist_ok=True)
+    locks = {v: vllm_lock(work, v, pypi_cutoff("vllm", v)) for v in versions}
+    rows = []
+    for old, new in zip(versions, versions[1:]):
+        a, b = locks[old]["files"], locks[new]["files"]
+        shared = sum(size for url, size in b.items() if url in a)
+        total = sum(b.values())
+        rows.append({"from": old, "to": new, "packages": locks[new]["packages"],
+                     "shared_files": sum(1 for url in b if url in a), "files": len(b),
+                     "download_cache_dropped": total, "download_cache_kept": total - shared,
+                     "saved": round(shared / total, 3) if total else None})
+    return {"target": "Python %s, %s" % VLLM_TARGET,
+            "versions": {v: {"packages": l["packages"], "bytes": sum(l["files"].values())} for v, l in locks.items()},
+            "upgrades": rows, "commands": [l["command"] for l in locks.values()]}
 
 
 def run(pypi: bool = True, work: pathlib.Path | None = None) -> dict:
@@ -138,6 +188,7 @@ def run(pypi: bool = True, work: pathlib.Path | None = None) -> dict:
             out["cases"].append(bench_case(work / "pypi", case, None, None, proxy))
         finally:
             proxy.stop()
+        out["vllm"] = vllm_upgrades(work / "vllm")
     shutil.rmtree(work, ignore_errors=True)
     return out
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
+import os
 import pathlib
 import shutil
 import sys
@@ -56,11 +58,15 @@ SIDES = ("raw", "module", "ansible")
 UV_STEPS = ("venv", "resolve", "install", "verify")
 
 
+@functools.lru_cache(maxsize=None)
+def pypi_project(project: str) -> dict:
+    return http_json("https://pypi.org/pypi/%s/json" % project, timeout=120)
+
+
 def pypi_cutoff(project: str, version: str) -> str:
     """The reference flow's cut-off: the release's last upload on PyPI plus 24 h."""
-    doc = http_json("https://pypi.org/pypi/%s/json" % project, timeout=60)
     stamps = [datetime.datetime.fromisoformat(f["upload_time_iso_8601"].replace("Z", "+00:00"))
-              for f in doc["releases"][version]]
+              for f in pypi_project(project)["releases"][version]]
     return (max(stamps) + datetime.timedelta(hours=24)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -88,8 +94,10 @@ class Flow:
         ]
 
     def raw(self, env_dir: pathlib.Path, cache: pathlib.Path, drop_cache: bool) -> dict:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.work), "UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1",
-               "UV_PYTHON_PREFERENCE": "only-system", "NO_COLOR": "1"}
+        # the environment the module's commands get too (the machine's, less uv's own settings)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "ANSIBLE_"))}
+        env.update({"UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1", "UV_PYTHON_PREFERENCE": "only-system",
+                    "NO_COLOR": "1"})
         wall = cpu = 0.0
         lines = []
         argvs = self.raw_argvs(env_dir)

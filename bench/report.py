@@ -148,8 +148,8 @@ def fleet_section(fleet: dict) -> list[str]:
                       [[t["task"], t["action"], _s(t["seconds"]), t["results"], t["module_calls"]]
                        for t in last["noop"]["top_tasks"]])
     if fleet.get("variants"):
-        out += ["The same no-op run at N = %s under settings a site can choose without changing the role, each"
-                " alternated with the default (%s times):" % (fleet["variants"][0]["n"], fleet["reps"]), ""]
+        out += ["The same no-op run at N = %s under settings a site can choose without changing the role, all"
+                " alternated with the default in one run (%s times each):" % (fleet["variants"][0]["n"], fleet["reps"]), ""]
         rows = []
         for v in fleet["variants"]:
             s = v["sides"]
@@ -180,10 +180,22 @@ def disk_section(disk: dict) -> list[str]:
                          human_bytes(f["cache"]), human_bytes(f["root"]), human_bytes(f["download"]["bytes"]),
                          "%s (%s packages)" % (s["version"], s["packages"]), human_bytes(s["download"]["bytes"]),
                          human_bytes(s["envs_shared"]), "**%s**" % human_bytes(sc["second_costs_disk"]),
-                         human_bytes(s["root"])])
+                         human_bytes(s["root"]), human_bytes(sc["root_after_pruning_first"])])
         out += _table(["cache", "first version", "environment", "cache", "root (env + cache)", "first download",
                        "second version", "second download", "shared by hard links", "second costs on disk",
-                       "root with both"], rows)
+                       "root with both", "root once the first is removed"], rows)
+    vllm = disk.get("vllm")
+    if vllm:
+        out += ["**real PyPI: vLLM upgrades** (resolved with the cut-off each release's build uses, for %s; not"
+                " installed: several GB each). What one node downloads for the new version with the uv cache"
+                " dropped (everything again) and kept (only the wheels the previous version did not have):"
+                % vllm["target"], ""]
+        rows = [[u["from"], u["to"], u["packages"], "%s of %s" % (u["shared_files"], u["files"]),
+                 human_bytes(u["download_cache_dropped"]), human_bytes(u["download_cache_kept"]),
+                 "**%.0f %%**" % (100 * u["saved"]) if u["saved"] is not None else "n/a"] for u in vllm["upgrades"]]
+        out += _table(["from", "to", "packages", "wheels shared", "download, cache dropped", "download, cache kept",
+                       "saved"], rows)
+        out += ["Commands:", ""] + _code(vllm["commands"])
     return out
 
 

@@ -233,6 +233,8 @@ class Fleet:
                 "ANSIBLE_STDOUT_CALLBACK": "default",
                 "ANSIBLE_RETRY_FILES_ENABLED": "0",
                 "ANSIBLE_FORKS": "10",
+                # set_stats (the artifacts AWX keeps) printed at the end of the run
+                "ANSIBLE_SHOW_CUSTOM_STATS": "1",
                 "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
             }
         )
@@ -299,6 +301,11 @@ class Run:
             found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
         return found
 
+    def stats(self) -> dict:
+        """The run's aggregated set_stats (CUSTOM STATS: RUN: {...})."""
+        found = re.search(r"^\s*RUN: (\{.*\})\s*$", self.out, re.M)
+        return json.loads(found.group(1)) if found else {}
+
     def __repr__(self):
         return "ansible-playbook exited %s; whole output in %s; its end:\n%s" % (self.rc, self.log, self.out[-3000:])
 
@@ -356,6 +363,19 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
         uv_dir = fleet.roots[name] / "uv" / UV_VERSION
         assert sorted(p.name for p in uv_dir.iterdir()) == ["uv"], name
         assert subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True).stdout.startswith(f"uv {UV_VERSION}")
+
+    # The artifacts: each node's wanted and effective build and environment path, keyed by host
+    stats = run.stats()["engine_node"]
+    assert {h: (v["requested"], v["wanted"], v["effective"], v["path"]) for h, v in stats.items()} == {
+        "h100": ("auto", "cu13", "cu13", str(fleet.roots["h100"] / "engines/vllm/0.20.0-cu13")),
+        "a100": ("auto", "cu129", "cu129", str(fleet.roots["a100"] / "engines/vllm/0.20.0-cu129")),
+        "fallback": ("auto", "cu13", "cu129", str(fleet.roots["fallback"] / "engines/vllm/0.20.0-cu129")),
+        "explicit": ("cu129", "cu129", "cu129", str(fleet.roots["explicit"] / "engines/vllm/0.20.0-cu129")),
+        "off": ("none", "none", "none", ""),
+    }
+    assert stats["fallback"]["fallback"]["from"] == "cu13" and stats["fallback"]["fallback"]["reason"] == "no_kernel_image"
+    assert {h: v["action"] for h, v in stats.items()} == {
+        "h100": "installed", "a100": "installed", "fallback": "installed", "explicit": "installed", "off": "none"}
 
     # Look-ups once per play on the controller: one release look-up for the one GitHub build
     # (three nodes need vllm 0.20.0 +cu129 for x86_64), one PyPI look-up, one uv look-up.
@@ -487,10 +507,14 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
     assert run.rc == 0, run
     assert (fleet.inventory / "host_vars" / "off.yml").read_text() == "engine_node_build: none\n"
-    # the next fleet run keeps the recorded build and changes nothing
-    run = fleet.play("site.yml")
+    # the next fleet run keeps the recorded build and changes nothing; one node at a time here
+    # (engine_fleet_serial), the artifacts still gathered over the batches
+    run = fleet.play("site.yml", extra={"engine_fleet_serial": 1})
     assert run.rc == 0, run
     assert {n: c["changed"] for n, c in run.recap().items()} == {"h100": 0, "a100": 0, "off": 0}, run
+    assert run.out.count("PLAY [Converge the vLLM engines of the fleet]") == 3
+    assert {h: (v["action"], v["effective"]) for h, v in run.stats()["engine_node"].items()} == {
+        "h100": ("unchanged", "cu129"), "a100": ("unchanged", "cu129"), "off": ("none", "none")}
 
     # the report: one entry per node, matching what is on disk and what the fake drivers say
     out = tmp_path / "report"

@@ -301,6 +301,17 @@ class Run:
             found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", counts)}
         return found
 
+    def ran(self) -> dict[str, list[str]]:
+        """Task name (role prefix dropped) -> the hosts it did not skip, in output order."""
+        found: dict[str, list[str]] = {}
+        for section in self.out.split("\nTASK [")[1:]:
+            name = section.split("] *", 1)[0].split(" : ", 1)[-1]
+            hosts = re.findall(r"^(?:ok|changed|failed|fatal|included): .*?\[([\w.-]+)", section, re.M)
+            hosts = [h for h in hosts if h != "localhost"]
+            if hosts:
+                found.setdefault(name, []).extend(hosts)
+        return found
+
     def stats(self) -> dict:
         """The run's aggregated set_stats (CUSTOM STATS: RUN: {...})."""
         found = re.search(r"^\s*RUN: (\{.*\})\s*$", self.out, re.M)
@@ -401,6 +412,25 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert uv_index.requests == []
     assert fleet.snapshot() == before
     assert "h100: vllm 0.20.0 cu13 is current" in run.out
+    # ... and few module calls: gpu_probe for build auto, one stat of `current`, and for the node
+    # auto fell back on, the read of its note; every other task that ran is controller-only.
+    controller_only = {
+        "Check the engine variables of each host",
+        "Check the engine_node variables of this host",
+        "Validating arguments against arg spec 'main' - Put the vLLM build a node can run on it, pinned, verified and proven on its GPUs",
+        "Decide this node's build of vLLM 0.20.0",
+        "Compare the wanted environment with the current one",
+        "Keep the build auto fell back to while the node's driver and GPUs are the same",
+        "Sum up this node's engine",
+        "Record this node's engine in the play's stats",
+        "Tell what this node runs",
+    }
+    modules = {task: sorted(hosts) for task, hosts in run.ran().items() if task not in controller_only}
+    assert modules == {
+        "Read the driver and GPUs of the node": ["a100", "fallback", "h100"],
+        "Look at the environment `current` points to": ["a100", "explicit", "fallback", "h100"],
+        "Read why auto left its first choice on this node": ["fallback"],
+    }, modules
     # auto remembers the fallback (note beside the environments) instead of retrying cu13 each run
     note = json.loads((fleet.roots["fallback"] / "engines" / "vllm" / "0.20.0-cu13.gpu-check-failed.json").read_text())
     assert (note["from"], note["to"], note["classification"], note["driver_version"]) == ("cu13", "cu129", "no_kernel_image", "580.65.06")

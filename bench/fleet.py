@@ -148,8 +148,11 @@ def _recap_changed(out: str) -> int:
 def per_node(counts: dict) -> dict:
     """Medians over the nodes of a run: task results, module calls (all, and those on the controller)."""
     hosts = [h for name, h in counts["hosts"].items() if name != "localhost"]
-    keys = ("results", "ok", "changed", "skipped", "module_calls", "controller_module_calls")
+    keys = ("results", "ok", "changed", "skipped")
     out = {k: median([h[k] for h in hosts]) for k in keys}
+    # on the node (delegated calls, run once for the play on the controller, are counted apart)
+    out["module_calls"] = median([h["module_calls"] - h["controller_module_calls"] for h in hosts])
+    out["controller_module_calls_in_run"] = sum(h["controller_module_calls"] for h in hosts)
     actions = {}
     for host in hosts:
         for action, calls in host["by_action"].items():
@@ -158,21 +161,49 @@ def per_node(counts: dict) -> dict:
     return out
 
 
-def top_tasks(runs: list[dict], limit: int = 12) -> list[dict]:
-    """The tasks that took longest (median over the runs of each task's wall time, whole fleet)."""
+def task_kind(task: dict) -> str:
+    """module (ran a module), skipped (skipped on every host), controller (ran on the controller only)."""
+    if task["module_calls"]:
+        return "module"
+    if task["results"] and task.get("skipped", 0) == task["results"]:
+        return "skipped"
+    return "controller"
+
+
+def tasks_table(runs: list[dict]) -> list[dict]:
+    """Every task of the runs, the longest first: median over the runs of its wall time (whole
+    fleet; a task name that runs twice, e.g. an imported file used twice, sums both)."""
     per_task = {}
     for run in runs:
         seen = {}
         for task in run["counts"]["tasks"]:
             key = (task["name"], task["action"])
             seen[key] = seen.get(key, 0) + (task["seconds"] or 0)
-            per_task.setdefault(key, {"results": task["results"], "module_calls": task["module_calls"], "seconds": []})
+            slot = per_task.setdefault(key, {"results": 0, "module_calls": 0, "skipped": 0, "times": 0, "kind": task_kind(task),
+                                             "seconds": []})
+            if len(slot["seconds"]) == 0 and run is runs[0]:
+                slot["results"] += task["results"]
+                slot["skipped"] += task.get("skipped", 0)
+                slot["module_calls"] += task["module_calls"]
+                slot["times"] += 1
         for key, seconds in seen.items():
             per_task[key]["seconds"].append(seconds)
-    rows = [{"task": name, "action": action, "seconds": median(v["seconds"]), "results": v["results"],
-             "module_calls": v["module_calls"]} for (name, action), v in per_task.items()]
+    rows = [{"task": name, "action": action, "kind": v["kind"], "times": v["times"], "seconds": median(v["seconds"]),
+             "results": v["results"], "skipped": v["skipped"], "module_calls": v["module_calls"]}
+            for (name, action), v in per_task.items()]
     rows.sort(key=lambda r: -(r["seconds"] or 0))
-    return rows[:limit]
+    return rows
+
+
+def seconds_by_kind(runs: list[dict]) -> dict:
+    """Median over the runs of the wall seconds spent in module tasks, controller-only tasks and
+    tasks skipped on every host, and how many task results of each kind one node had."""
+    out = {}
+    for kind in ("module", "controller", "skipped"):
+        out[kind] = {"seconds": median([sum(t["seconds"] or 0 for t in run["counts"]["tasks"] if task_kind(t) == kind)
+                                        for run in runs]),
+                     "tasks": sum(1 for t in runs[0]["counts"]["tasks"] if task_kind(t) == kind)}
+    return out
 
 
 def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traffic: Traffic, uv_traffic: UvTraffic) -> dict:
@@ -214,7 +245,7 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
             "bytes_total": up_traffic["bytes"] + uv_bytes["bytes"],
             "bytes_per_node": round((up_traffic["bytes"] + uv_bytes["bytes"]) / n),
             "disk": disk,
-            "top_tasks": top_tasks([rollout]),
+            "tasks": tasks_table([rollout]),
             "command": rollout["command"],
         },
         "noop": {
@@ -226,7 +257,8 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
                          "bare": per_node(samples["bare"][0]["counts"])},
             "requests_upstream": {"per_run": noop_requests,
                                   "by_kind": _kinds(samples["site.yml"])},
-            "top_tasks": top_tasks(samples["site.yml"]),
+            "tasks": tasks_table(samples["site.yml"]),
+            "seconds_by_kind": seconds_by_kind(samples["site.yml"]),
             "commands": {"site.yml": samples["site.yml"][0]["command"], "bare": samples["bare"][0]["command"]},
         },
         "_fleet": fleet,

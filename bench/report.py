@@ -142,11 +142,16 @@ def fleet_section(fleet: dict) -> list[str]:
         last = fleet["fleets"][-1]
         out += ["Module calls per node of the no-op site.yml run, by module: %s." % ", ".join(
             "%s %s" % (k, v) for k, v in last["noop"]["per_node"]["site.yml"]["module_calls_by_action"].items()), "",
-            "Where the no-op site.yml run spends its time, N = %s (wall seconds of each task across all nodes,"
-            " median of the runs; the longest first):" % last["n"], ""]
-        out += _table(["task", "action", "seconds", "results", "module calls"],
-                      [[t["task"], t["action"], _s(t["seconds"]), t["results"], t["module_calls"]]
-                       for t in last["noop"]["top_tasks"]])
+            "Where the no-op site.yml run spends its time, N = %s: wall seconds of each task across all nodes"
+            " (median of the runs; a task file used twice counts both), the longest first. *kind*: module (runs a"
+            " module), controller (runs on the controller only: set_fact, debug, assert, ...), skipped (skipped on"
+            " every node; still one worker per node)." % last["n"], ""]
+        by_kind = last["noop"]["seconds_by_kind"]
+        out += _table(["kind", "tasks", "seconds (whole fleet)"],
+                      [[k, v["tasks"], _s(v["seconds"])] for k, v in by_kind.items()])
+        out += _table(["task", "action", "kind", "times", "seconds", "results", "module calls"],
+                      [[t["task"], t["action"], t["kind"], t["times"], _s(t["seconds"]), t["results"], t["module_calls"]]
+                       for t in last["noop"]["tasks"]])
     if fleet.get("variants"):
         out += ["The same no-op run at N = %s under settings a site can choose without changing the role, all"
                 " alternated with the default in one run (%s times each):" % (fleet["variants"][0]["n"], fleet["reps"]), ""]
@@ -213,21 +218,22 @@ def download_section(fleet: dict) -> list[str]:
                      "%s (%s)" % (r["uv_index"]["requests"], human_bytes(r["uv_index"]["bytes"])),
                      human_bytes(r["bytes_total"]), "**%s**" % human_bytes(r["bytes_per_node"]),
                      human_bytes(r["disk"]["node_root_bytes"]), human_bytes(r["disk"]["fleet_roots_bytes"]),
-                     "%s (%s on the controller)" % (r["per_node"]["module_calls"], r["per_node"]["controller_module_calls"])])
+                     "%s (+ %s on the controller for the play)" % (r["per_node"]["module_calls"],
+                                                                   r["per_node"]["controller_module_calls_in_run"])])
     out += _table(["N", "rollout wall", "rollout CPU", "upstream requests by kind", "upstream bytes", "uv index requests (bytes)",
-                   "total bytes", "bytes per node", "disk per node root", "disk all roots", "module calls, first node"], rows)
+                   "total bytes", "bytes per node", "disk per node root", "disk all roots", "module calls per node"], rows)
     if fleet["fleets"]:
         d = fleet["fleets"][0]["rollout"]["disk"]
         out += ["One node's root after the rollout: environment %s, uv binary %s, cache %s (dropped after the build)."
                 % (human_bytes(d["node_env_bytes"]), human_bytes(d["node_uv_bytes"]), human_bytes(d["node_cache_bytes"])),
                 "", "Command: `%s`" % fleet["fleets"][-1]["rollout"]["command"], ""]
         last = fleet["fleets"][-1]
-        if last["rollout"].get("top_tasks"):
+        if last["rollout"].get("tasks"):
             out += ["Where the rollout spends its time, N = %s (wall seconds of each task across all nodes; the"
-                    " longest first):" % last["n"], ""]
-            out += _table(["task", "action", "seconds", "results", "module calls"],
-                          [[t["task"], t["action"], _s(t["seconds"]), t["results"], t["module_calls"]]
-                           for t in last["rollout"]["top_tasks"]])
+                    " 12 longest):" % last["n"], ""]
+            out += _table(["task", "action", "kind", "times", "seconds", "results", "module calls"],
+                          [[t["task"], t["action"], t["kind"], t["times"], _s(t["seconds"]), t["results"], t["module_calls"]]
+                           for t in last["rollout"]["tasks"][:12]])
     return out
 
 

@@ -62,7 +62,8 @@ class CallbackModule(CallbackBase):
         if self.current is not None:
             self.current["seconds"] = round(now - self.current["_t0"], 4)
         self.current = {"name": task.get_name(), "action": short_action(task.action), "_t0": now,
-                        "seconds": None, "results": 0, "module_calls": 0, "delegated": bool(task.delegate_to)}
+                        "seconds": None, "results": 0, "skipped": 0, "module_calls": 0,
+                        "delegated": bool(task.delegate_to)}
         self.tasks.append(self.current)
 
     def v2_playbook_on_task_start(self, task, is_conditional):
@@ -105,6 +106,7 @@ class CallbackModule(CallbackBase):
             host["by_action"][action] = host["by_action"].get(action, 0) + calls
         if self.current is not None:
             self.current["results"] += 1
+            self.current["skipped"] += status == "skipped"
             self.current["module_calls"] += calls
 
     def v2_runner_on_ok(self, result):

@@ -94,9 +94,20 @@ def tool_versions() -> dict:
             "system_python": system_python()}
 
 
+def git_commit() -> str:
+    """The checkout measured: its commit, and whether tracked files differed from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True, check=False)
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
 def machine() -> dict:
     """What the figures were measured on."""
     return {
+        "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": len(os.sched_getaffinity(0)),
         "memory_gib": _meminfo_gib(),
@@ -417,7 +428,7 @@ class CountingProxy:
                 if len(line) < 2 or line[0] != "CONNECT":
                     self.request.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
                     return
-                host, _, port = line[1].rpartition(":")
+                host, _sep, port = line[1].rpartition(":")
                 try:
                     remote = socket.create_connection((host, int(port)), timeout=60)
                 except OSError:

@@ -58,6 +58,20 @@ def uv_index_server():
     return UvIndex(BIN / "uv").start()
 
 
+def uv_wheel_on_pypi(version: str = "0.13.8") -> dict | None:
+    """PyPI's manylinux x86_64 wheel of uv (the real download a node makes for uv), by name and size."""
+    from bench.flow import pypi_project  # pylint: disable=import-outside-toplevel
+
+    try:
+        files = pypi_project("uv")["releases"].get(version, [])
+    except OSError:
+        return None
+    for entry in files:
+        if "manylinux" in entry["filename"] and entry["filename"].endswith("_x86_64.whl"):
+            return {"filename": entry["filename"], "size": entry["size"]}
+    return None
+
+
 class UvTraffic:
     def __init__(self, index):
         self.index = index

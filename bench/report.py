@@ -47,6 +47,7 @@ def header(data: dict) -> list[str]:
             ", ".join(str(x) for x in m["load_average"]), ", ".join(str(x) for x in end.get("load_average", []))),
         "- tools: ansible-core %s, %s, Python %s (controller); environments built with %s" % (
             m["ansible_core"], m["uv"], m["python"], m["system_python"]),
+        "- collection: commit %s" % m.get("commit", "unknown"),
         "",
         "Method: both sides of a comparison run in one run, alternating (A B, B A, ...), several times;",
         "the tables give medians. *wall* is elapsed time; *CPU* is user + system time of the command's",
@@ -224,6 +225,10 @@ def download_section(fleet: dict) -> list[str]:
                    "total bytes", "bytes per node", "disk per node root", "disk all roots", "module calls per node"], rows)
     if fleet["fleets"]:
         d = fleet["fleets"][0]["rollout"]["disk"]
+        real = fleet.get("uv_wheel_on_pypi")
+        if real:
+            out += ["The uv wheel served here is stored uncompressed; PyPI's (%s) is %s, so a real node pulls that much"
+                    " for uv, once per node." % (real["filename"], human_bytes(real["size"])), ""]
         out += ["One node's root after the rollout: environment %s, uv binary %s, cache %s (dropped after the build)."
                 % (human_bytes(d["node_env_bytes"]), human_bytes(d["node_uv_bytes"]), human_bytes(d["node_cache_bytes"])),
                 "", "Command: `%s`" % fleet["fleets"][-1]["rollout"]["command"], ""]

@@ -48,6 +48,8 @@ def main(argv=None) -> int:
         write_json(args.json, data)
     if "fleet" in args.only:
         data["fleet"] = fleet.run(args.n, args.fleet_reps, not args.no_variants, work=args.work / "fleet")
+        if not args.no_pypi:
+            data["fleet"]["uv_wheel_on_pypi"] = fleet.uv_wheel_on_pypi()
     data["machine_end"] = machine()
     data["seconds"] = round(time.monotonic() - t0, 1)
     data = json.loads(json.dumps(data).replace(str(REPO) + "/", ""))  # paths as seen from the repository

@@ -23,7 +23,7 @@ export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
-	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core)"
+	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
 	@echo "pieces: units integration network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
 
 $(VENV)/.stamp: requirements/dev.txt
@@ -84,7 +84,7 @@ molecule: venv
 	tools/molecule.sh
 
 test: venv
-	$(MAKE) units integration network docs build lint sanity latest
+	$(MAKE) units integration network docs build lint sanity latest molecule
 
 # Benchmarks (not part of make test: they time things; minutes, and the real PyPI). Writes bench/results.md.
 bench: venv

@@ -22,14 +22,11 @@ import os
 import pathlib
 import sys
 
+import ansible_runner  # pinned in requirements/dev.txt and dev-latest.txt
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
 from tests.integration.test_targets import system_python
-
-ansible_runner = pytest.importorskip(
-    "ansible_runner", reason="ansible-runner is in requirements/dev.txt (.venv), not in every venv"
-)
 
 BIN = pathlib.Path(sys.executable).parent
 VERSION = "0.20.0"

@@ -125,10 +125,11 @@ def test_uv_installs_sdists_offline(upstream_packages, tmp_path):
     import pathlib
     import subprocess
 
-    uv = pathlib.Path(__file__).resolve().parents[2] / ".venv" / "bin" / "uv"
-    python = "/usr/bin/python3.11" if os.access("/usr/bin/python3.11", os.X_OK) else None
-    if not uv.exists() or python is None:
-        pytest.skip("needs the tool venv's uv and /usr/bin/python3.11")
+    import sys
+
+    uv = pathlib.Path(sys.executable).parent / "uv"  # uv is pinned in every test venv
+    python = "/usr/bin/python3.11"
+    assert uv.exists() and os.access(python, os.X_OK), "needs the test venv's uv and /usr/bin/python3.11"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
     env.update({"UV_NO_CONFIG": "1", "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_PYTHON_PREFERENCE": "only-system"})
     target = tmp_path / "site"

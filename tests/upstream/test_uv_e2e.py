@@ -18,12 +18,11 @@ import urllib.request
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-UV = REPO / ".venv" / "bin" / "uv"
+UV = pathlib.Path(sys.executable).parent / "uv"  # uv is pinned in every test venv
 PYTHON = "/usr/bin/python3.11" if os.access("/usr/bin/python3.11", os.X_OK) else sys.executable
 CUTOFF_0110 = "2025-10-03T20:00:00Z"  # vllm 0.11.0's last upload + 24 h
 CUTOFF_0200 = "2026-06-11T12:00:00Z"  # vllm 0.20.0's upload + 24 h
 
-pytestmark = pytest.mark.skipif(not UV.exists(), reason="uv is not in the tool venv")
 
 
 @pytest.fixture

@@ -375,6 +375,9 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
         assert sorted(p.name for p in uv_dir.iterdir()) == ["uv"], name
         assert subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True).stdout.startswith(f"uv {UV_VERSION}")
 
+    # no background job's result file left behind
+    assert sorted(p.name for p in (tmp_path / "ansible-async").iterdir()) == []
+
     # The artifacts: each node's wanted and effective build and environment path, keyed by host
     stats = run.stats()["engine_node"]
     assert {h: (v["requested"], v["wanted"], v["effective"], v["path"]) for h, v in stats.items()} == {
@@ -495,8 +498,9 @@ def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv
     assert not (fleet.roots["stubborn"] / "engines" / "vllm" / "0.20.0-cu13.partial").exists()
     assert not (fleet.roots["stubborn"] / "engines" / "vllm" / "0.20.0-cu129").exists()
 
-    # the rest of the fleet converged
+    # the rest of the fleet converged; no background job's result file left, failed or not
     assert fleet.current("good") == "0.20.0-cu129"
+    assert sorted(p.name for p in (tmp_path / "ansible-async").iterdir()) == []
 
     # The role used without the playbook: Ansible's argument-spec validation also names the host
     # (fatal: [typo]), the variable, the value and what is allowed.

@@ -28,69 +28,89 @@ def _f(filename, upload_time):
 # fmt: off
 RELEASES = [
     # ---- the PyPI-like index --------------------------------------------------------------------
-    {"where": "pypi", "project": FAKEDEP, "version": "1.0.0", "requires": (), "files": [
-        _f("llmfleet_fakedep-1.0.0-py3-none-any.whl", "2025-01-15T10:00:00Z"),
-        _f("llmfleet_fakedep-1.0.0.tar.gz", "2025-01-15T10:00:00Z")]},
-    {"where": "pypi", "project": FAKEDEP, "version": "1.1.0", "requires": (), "files": [
-        _f("llmfleet_fakedep-1.1.0-py3-none-any.whl", "2025-09-01T10:00:00Z")]},
-    {"where": "pypi", "project": FAKEDEP, "version": "2.0.0", "requires": (), "files": [
-        _f("llmfleet_fakedep-2.0.0-py3-none-any.whl", "2026-07-01T10:00:00Z")]},
-    {"where": "pypi", "project": TORCH, "version": "2.8.0", "requires": (), "cuda": "12.8", "files": [
-        _f("torch-2.8.0-py3-none-any.whl", "2025-08-06T17:00:00Z")]},
-    {"where": "pypi", "project": TORCH, "version": "2.9.0", "requires": (), "cuda": "12.9", "files": [
-        _f("torch-2.9.0-py3-none-any.whl", "2025-10-15T17:00:00Z")]},
-    {"where": "pypi", "project": TORCH, "version": "2.11.0", "requires": (), "cuda": "13.0", "files": [
-        _f("torch-2.11.0-py3-none-any.whl", "2026-05-20T17:00:00Z")]},
-    {"where": "pypi", "project": VLLM, "version": "0.11.0", "requires": _VLLM_REQ_08, "cuda": "12.8", "files": [
-        _f("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T20:00:00Z"),
-        _f("vllm-0.11.0.tar.gz", "2025-10-02T20:10:00Z")]},
-    {"where": "pypi", "project": VLLM, "version": "0.11.2", "requires": _VLLM_REQ_09, "cuda": "12.9", "files": [
-        _f("vllm-0.11.2-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T12:00:00Z")]},
-    {"where": "pypi", "project": VLLM, "version": "0.15.1", "requires": _VLLM_REQ_09, "cuda": "12.9", "files": [
-        _f("vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl", "2026-02-10T12:00:00Z"),
-        _f("vllm-0.15.1-cp38-abi3-manylinux_2_31_aarch64.whl", "2026-02-10T12:00:00Z")]},
-    {"where": "pypi", "project": VLLM, "version": "0.20.0", "requires": _VLLM_REQ_11, "cuda": "13.0", "files": [
-        _f("vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-10T12:00:00Z"),
-        _f("vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-10T12:00:00Z")]},
-    {"where": "pypi", "project": VLLM, "version": "0.20.1", "requires": _VLLM_REQ_11, "cuda": "13.0",
-     "yanked_reason": "Broken CUDA 13 wheels; use 0.20.0", "files": [
-        _f("vllm-0.20.1-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-20T12:00:00Z"),
-        _f("vllm-0.20.1-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-20T12:00:00Z")]},
+    {
+        "where": "pypi", "project": FAKEDEP, "version": "1.0.0", "requires": (), "files": [
+            _f("llmfleet_fakedep-1.0.0-py3-none-any.whl", "2025-01-15T10:00:00Z"),
+            _f("llmfleet_fakedep-1.0.0.tar.gz", "2025-01-15T10:00:00Z")]},
+    {
+        "where": "pypi", "project": FAKEDEP, "version": "1.1.0", "requires": (), "files": [
+            _f("llmfleet_fakedep-1.1.0-py3-none-any.whl", "2025-09-01T10:00:00Z")]},
+    {
+        "where": "pypi", "project": FAKEDEP, "version": "2.0.0", "requires": (), "files": [
+            _f("llmfleet_fakedep-2.0.0-py3-none-any.whl", "2026-07-01T10:00:00Z")]},
+    {
+        "where": "pypi", "project": TORCH, "version": "2.8.0", "requires": (), "cuda": "12.8", "files": [
+            _f("torch-2.8.0-py3-none-any.whl", "2025-08-06T17:00:00Z")]},
+    {
+        "where": "pypi", "project": TORCH, "version": "2.9.0", "requires": (), "cuda": "12.9", "files": [
+            _f("torch-2.9.0-py3-none-any.whl", "2025-10-15T17:00:00Z")]},
+    {
+        "where": "pypi", "project": TORCH, "version": "2.11.0", "requires": (), "cuda": "13.0", "files": [
+            _f("torch-2.11.0-py3-none-any.whl", "2026-05-20T17:00:00Z")]},
+    {
+        "where": "pypi", "project": VLLM, "version": "0.11.0", "requires": _VLLM_REQ_08, "cuda": "12.8", "files": [
+            _f("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T20:00:00Z"),
+            _f("vllm-0.11.0.tar.gz", "2025-10-02T20:10:00Z")]},
+    {
+        "where": "pypi", "project": VLLM, "version": "0.11.2", "requires": _VLLM_REQ_09, "cuda": "12.9", "files": [
+            _f("vllm-0.11.2-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T12:00:00Z")]},
+    {
+        "where": "pypi", "project": VLLM, "version": "0.15.1", "requires": _VLLM_REQ_09, "cuda": "12.9", "files": [
+            _f("vllm-0.15.1-cp38-abi3-manylinux_2_31_x86_64.whl", "2026-02-10T12:00:00Z"),
+            _f("vllm-0.15.1-cp38-abi3-manylinux_2_31_aarch64.whl", "2026-02-10T12:00:00Z")]},
+    {
+        "where": "pypi", "project": VLLM, "version": "0.20.0", "requires": _VLLM_REQ_11, "cuda": "13.0", "files": [
+            _f("vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-10T12:00:00Z"),
+            _f("vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-10T12:00:00Z")]},
+    {
+        "where": "pypi", "project": VLLM, "version": "0.20.1", "requires": _VLLM_REQ_11, "cuda": "13.0",
+        "yanked_reason": "Broken CUDA 13 wheels; use 0.20.0", "files": [
+            _f("vllm-0.20.1-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-20T12:00:00Z"),
+            _f("vllm-0.20.1-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-20T12:00:00Z")]},
     {"where": "pypi", "project": NOFILES, "version": "1.0.0", "requires": (), "files": []},
 
     # ---- the PyTorch extra indexes (like download.pytorch.org/whl/cuNNN) ------------------------
     # 2.11.0+cu130 has no upload time on purpose: the real index publishes them for part of its
     # files only, so --exclude-newer drops such a file (see FACTS.md, uv).
-    {"where": "torch/cu129", "project": TORCH, "version": "2.8.0+cu129", "requires": (), "cuda": "12.9", "files": [
-        _f("torch-2.8.0+cu129-py3-none-any.whl", "2025-08-06T18:00:00Z")]},
-    {"where": "torch/cu129", "project": TORCH, "version": "2.9.0+cu129", "requires": (), "cuda": "12.9", "files": [
-        _f("torch-2.9.0+cu129-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
-    {"where": "torch/cu129", "project": TORCH, "version": "2.11.0+cu129", "requires": (), "cuda": "12.9", "files": [
-        _f("torch-2.11.0+cu129-py3-none-any.whl", "2026-05-20T18:00:00Z")]},
-    {"where": "torch/cu130", "project": TORCH, "version": "2.9.0+cu130", "requires": (), "cuda": "13.0", "files": [
-        _f("torch-2.9.0+cu130-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
-    {"where": "torch/cu130", "project": TORCH, "version": "2.11.0+cu130", "requires": (), "cuda": "13.0", "files": [
-        _f("torch-2.11.0+cu130-py3-none-any.whl", None)]},
+    {
+        "where": "torch/cu129", "project": TORCH, "version": "2.8.0+cu129", "requires": (), "cuda": "12.9", "files": [
+            _f("torch-2.8.0+cu129-py3-none-any.whl", "2025-08-06T18:00:00Z")]},
+    {
+        "where": "torch/cu129", "project": TORCH, "version": "2.9.0+cu129", "requires": (), "cuda": "12.9", "files": [
+            _f("torch-2.9.0+cu129-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
+    {
+        "where": "torch/cu129", "project": TORCH, "version": "2.11.0+cu129", "requires": (), "cuda": "12.9", "files": [
+            _f("torch-2.11.0+cu129-py3-none-any.whl", "2026-05-20T18:00:00Z")]},
+    {
+        "where": "torch/cu130", "project": TORCH, "version": "2.9.0+cu130", "requires": (), "cuda": "13.0", "files": [
+            _f("torch-2.9.0+cu130-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
+    {
+        "where": "torch/cu130", "project": TORCH, "version": "2.11.0+cu130", "requires": (), "cuda": "13.0", "files": [
+            _f("torch-2.11.0+cu130-py3-none-any.whl", None)]},
 
     # ---- GitHub releases of vllm-project/vllm (tag v<version>) ----------------------------------
     # "digests": True -> assets carry "sha256:<hex>"; False -> null (uploads before June 2025).
     # "checksum_file": a sha256sum-style asset listing the other assets.
-    {"where": "github", "repo": GITHUB_REPO, "tag": "v0.11.0", "project": VLLM, "version": "0.11.0",
-     "requires": _VLLM_REQ_08, "digests": True, "files": [
-        _f("vllm-0.11.0+cu129-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T21:00:00Z")]},
-    {"where": "github", "repo": GITHUB_REPO, "tag": "v0.11.2", "project": VLLM, "version": "0.11.2",
-     "requires": _VLLM_REQ_09, "digests": False, "files": [
-        _f("vllm-0.11.2+cu130-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T13:00:00Z"),
-        _f("vllm-0.11.2+cu129-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T13:00:00Z")]},
-    {"where": "github", "repo": GITHUB_REPO, "tag": "v0.15.1", "project": VLLM, "version": "0.15.1",
-     "requires": _VLLM_REQ_09, "digests": False, "checksum_file": "sha256sum.txt", "files": [
-        _f("vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_x86_64.whl", "2026-02-10T13:00:00Z"),
-        _f("vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_aarch64.whl", "2026-02-10T13:00:00Z")]},
-    {"where": "github", "repo": GITHUB_REPO, "tag": "v0.20.0", "project": VLLM, "version": "0.20.0",
-     "requires": _VLLM_REQ_11, "cuda": "13.0", "digests": True, "files": [
-        _f("vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-10T13:00:00Z"),
-        _f("vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-10T13:00:00Z"),
-        _f("vllm-0.20.0.tar.gz", "2026-06-10T13:00:00Z")]},
+    {
+        "where": "github", "repo": GITHUB_REPO, "tag": "v0.11.0", "project": VLLM, "version": "0.11.0",
+        "requires": _VLLM_REQ_08, "digests": True, "files": [
+            _f("vllm-0.11.0+cu129-cp38-abi3-manylinux1_x86_64.whl", "2025-10-02T21:00:00Z")]},
+    {
+        "where": "github", "repo": GITHUB_REPO, "tag": "v0.11.2", "project": VLLM, "version": "0.11.2",
+        "requires": _VLLM_REQ_09, "digests": False, "files": [
+            _f("vllm-0.11.2+cu130-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T13:00:00Z"),
+            _f("vllm-0.11.2+cu129-cp38-abi3-manylinux_2_31_x86_64.whl", "2025-11-20T13:00:00Z")]},
+    {
+        "where": "github", "repo": GITHUB_REPO, "tag": "v0.15.1", "project": VLLM, "version": "0.15.1",
+        "requires": _VLLM_REQ_09, "digests": False, "checksum_file": "sha256sum.txt", "files": [
+            _f("vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_x86_64.whl", "2026-02-10T13:00:00Z"),
+            _f("vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_aarch64.whl", "2026-02-10T13:00:00Z")]},
+    {
+        "where": "github", "repo": GITHUB_REPO, "tag": "v0.20.0", "project": VLLM, "version": "0.20.0",
+        "requires": _VLLM_REQ_11, "cuda": "13.0", "digests": True, "files": [
+            _f("vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl", "2026-06-10T13:00:00Z"),
+            _f("vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-06-10T13:00:00Z"),
+            _f("vllm-0.20.0.tar.gz", "2026-06-10T13:00:00Z")]},
 ]
 # fmt: on
 

@@ -50,7 +50,7 @@ def _epoch(stamp: str) -> float:
 
 
 def _version_key(version: str):
-    public, _, local = version.partition("+")
+    public, _sep, local = version.partition("+")
     return (tuple(int(p) for p in public.split(".")), local)
 
 
@@ -280,7 +280,7 @@ class Upstream:
             wrong = self.state.file_rules("wrong_digest")
             lines = []
             for line in data.decode().splitlines(keepends=True):
-                hexdigest, _, name = line.rstrip("\n").partition("  ")
+                hexdigest, _sep, name = line.rstrip("\n").partition("  ")
                 other = self.cat.files.get((record["store"], name))
                 if other is not None and name in wrong:
                     hexdigest = self.sha256(other)

@@ -37,12 +37,12 @@ def get(up, path, headers=None, method="GET", data=None):
 
 
 def get_json(up, path, headers=None):
-    status, _, body = get(up, path, headers)
+    status, _sep, body = get(up, path, headers)
     return status, json.loads(body)
 
 
 def post_json(up, path, payload):
-    status, _, body = get(up, path, {"Content-Type": "application/json"}, "POST", json.dumps(payload).encode())
+    status, _sep, body = get(up, path, {"Content-Type": "application/json"}, "POST", json.dumps(payload).encode())
     return status, json.loads(body)
 
 
@@ -167,7 +167,7 @@ def test_torch_index_json_and_upload_times_switch(upstream, upstream_packages):
     assert times["torch-2.11.0+cu129-py3-none-any.whl"] == "2026-05-20T18:00:00.000000Z"
     url = doc["files"][0]["url"]
     assert url == upstream.url + "/torch/files/torch-2.8.0%2Bcu129-py3-none-any.whl"
-    status, _, body = get(upstream, url[len(upstream.url):])
+    status, _sep, body = get(upstream, url[len(upstream.url):])
     assert status == 200 and body == on_disk(upstream_packages, "torch", "torch-2.8.0+cu129-py3-none-any.whl")
     # cu130's 2.11.0 has no upload time on the index (like part of the real one)
     status, doc = get_json(upstream, "/torch/cu130/torch/", {"Accept": SIMPLE_JSON})
@@ -184,7 +184,7 @@ def test_torch_index_json_and_upload_times_switch(upstream, upstream_packages):
 
 
 def test_torch_index_html_and_root(upstream):
-    status, _, body = get(upstream, "/torch/cu130/torch/")
+    status, _sep, body = get(upstream, "/torch/cu130/torch/")
     assert status == 200 and "torch-2.9.0%2Bcu130-py3-none-any.whl#sha256=" in body.decode()
     status, doc = get_json(upstream, "/torch/cu129/", {"Accept": SIMPLE_JSON})
     assert status == 200 and doc["projects"] == [{"name": "torch"}]
@@ -221,7 +221,7 @@ def test_github_null_digests_and_checksum_file(upstream, upstream_packages):
     status, doc = get_json(upstream, GH + "v0.15.1")
     assets = {a["name"]: a for a in doc["assets"]}
     assert all(a["digest"] is None for a in assets.values())
-    status, _, body = get(upstream, assets["sha256sum.txt"]["browser_download_url"][len(upstream.url):])
+    status, _sep, body = get(upstream, assets["sha256sum.txt"]["browser_download_url"][len(upstream.url):])
     assert status == 200
     sums = dict(reversed(line.split("  ")) for line in body.decode().splitlines())
     wheels = sorted(n for n in assets if n.endswith(".whl"))
@@ -242,7 +242,7 @@ def test_github_404(upstream, path):
 def test_fault_status_counts_and_path(upstream):
     upstream.fault("status", status=503, count=2, path="/pypi/")
     assert get(upstream, "/simple/vllm/")[0] == 200  # other path: untouched, count kept
-    status, _, body = get(upstream, "/pypi/vllm/json")
+    status, _sep, body = get(upstream, "/pypi/vllm/json")
     assert status == 503 and "message" in json.loads(body)
     assert get(upstream, "/pypi/vllm/0.11.0/json")[0] == 503
     assert get(upstream, "/pypi/vllm/json")[0] == 200
@@ -252,7 +252,7 @@ def test_fault_status_counts_and_path(upstream):
 def test_fault_rules_apply_in_order(upstream):
     upstream.fault("status", status=500, count=1)
     upstream.fault("status", status=502, count=1)
-    assert [get(upstream, "/pypi/vllm/json")[0] for _ in range(3)] == [500, 502, 200]
+    assert [get(upstream, "/pypi/vllm/json")[0] for _i in range(3)] == [500, 502, 200]
 
 
 def test_fault_slow(upstream):
@@ -281,7 +281,7 @@ def test_fault_truncate(upstream, upstream_packages):
 
 def test_fault_invalid_json(upstream):
     upstream.fault("invalid_json", count=1, path="/github/api/")
-    status, _, body = get(upstream, GH + "v0.20.0")
+    status, _sep, body = get(upstream, GH + "v0.20.0")
     assert status == 200
     with pytest.raises(ValueError):
         json.loads(body)
@@ -311,7 +311,7 @@ def test_fault_rate_limit(upstream):
 def test_fault_tamper(upstream, upstream_packages):
     original = on_disk(upstream_packages, "github/vllm-project/vllm/v0.20.0", GH_0200)
     upstream.fault("tamper", filename=GH_0200)
-    status, _, body = get(upstream, GH_DL + "v0.20.0/" + GH_0200.replace("+", "%2B"))
+    status, _sep, body = get(upstream, GH_DL + "v0.20.0/" + GH_0200.replace("+", "%2B"))
     assert status == 200 and len(body) == len(original) and body != original
     asset = next(a for a in get_json(upstream, GH + "v0.20.0")[1]["assets"] if a["name"] == GH_0200)
     assert asset["digest"] == "sha256:" + sha256(original)

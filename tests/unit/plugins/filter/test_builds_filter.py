@@ -48,7 +48,7 @@ def test_the_filter_gives_the_module_s_answer(monkeypatch, capsys, case, version
     """The role decides from gpu_probe's registered result with the filter: same answer as the module."""
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(FIXTURES / "nvidia-smi" / case))
     args = {"nvidia_smi": str(FIXTURES / "bin" / "fake-nvidia-smi"), "version": version, "build": requested}
-    code, result, _ = run_module(gpu_probe.main, args, capsys)
+    code, result, _out = run_module(gpu_probe.main, args, capsys)
     assert code == 0
     from_module = result.pop("choice")
     assert FILTERS["engine_build_plan"](result, version, requested) == from_module

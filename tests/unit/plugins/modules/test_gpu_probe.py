@@ -56,7 +56,7 @@ NODES = [
 @pytest.mark.parametrize("name, driver, cuda, count, build, origin, build_0151", NODES)
 def test_facts_and_choice(case, capsys, check_mode, name, driver, cuda, count, build, origin, build_0151):
     case(name)
-    code, result, _ = probe(capsys, version="0.20.0", _ansible_check_mode=check_mode)
+    code, result, _out = probe(capsys, version="0.20.0", _ansible_check_mode=check_mode)
     assert code == 0 and result["changed"] is False and "failed" not in result
     assert (result["driver_version"], result["cuda_version"], result["gpu_count"]) == (driver, cuda, count)
     assert len(result["gpus"]) == count and result["driver_error"] is None
@@ -66,20 +66,20 @@ def test_facts_and_choice(case, capsys, check_mode, name, driver, cuda, count, b
     assert (choice["source"] or {}).get("origin") == origin
     assert choice["skip_gpu_check"] is (build == "none")
     assert "compute" not in result
-    code, result, _ = probe(capsys, version="0.15.1")
+    code, result, _out = probe(capsys, version="0.15.1")
     assert result["choice"]["build"] == build_0151
 
 
 def test_without_version_there_is_no_choice(case, capsys):
     case("a100-535")
-    code, result, _ = probe(capsys)
+    code, result, _out = probe(capsys)
     assert code == 0 and "choice" not in result
     assert result["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
 
 
 def test_no_driver(capsys, tmp_path):
     missing = str(tmp_path / "no-driver" / "nvidia-smi")
-    code, result, _ = probe(capsys, nvidia_smi=missing, version="0.20.0")
+    code, result, _out = probe(capsys, nvidia_smi=missing, version="0.20.0")
     assert code == 0
     assert (result["driver_version"], result["gpus"], result["gpu_count"]) == (None, [], 0)
     assert result["driver_error"] == "%s does not exist" % missing
@@ -89,7 +89,7 @@ def test_no_driver(capsys, tmp_path):
 
 def test_driver_not_answering(case, capsys):
     case("not-responding")
-    code, result, _ = probe(capsys, version="0.15.1")
+    code, result, _out = probe(capsys, version="0.15.1")
     assert code == 0 and result["driver_version"] is None and result["gpus"] == []
     assert "couldn't communicate with the NVIDIA driver" in result["driver_error"]
     assert result["choice"]["build"] == "cu129" and result["choice"]["skip_gpu_check"] is True
@@ -97,7 +97,7 @@ def test_driver_not_answering(case, capsys):
 
 def test_hanging_nvidia_smi_fails_the_task(case, capsys):
     case("hanging")
-    code, result, _ = probe(capsys, timeout=1)
+    code, result, _out = probe(capsys, timeout=1)
     assert code == 1 and result["failed"] is True
     assert result["msg"].startswith("reading the node's GPUs: %s --query-gpu=" % FAKE_SMI)
     assert "did not answer within 1 s" in result["msg"]
@@ -105,7 +105,7 @@ def test_hanging_nvidia_smi_fails_the_task(case, capsys):
 
 def test_an_explicit_build_the_node_cannot_run_warns(case, capsys):
     case("a100-535")
-    code, result, _ = probe(capsys, version="0.20.0", build="cu13")
+    code, result, _out = probe(capsys, version="0.20.0", build="cu13")
     assert code == 0 and result["choice"]["build"] == "cu13"
     assert warnings_text(result) == [
         "build cu13 was asked for, but this node may not run it: driver 535.104.05 is older than 580, which CUDA 13 needs"
@@ -119,27 +119,27 @@ def test_an_explicit_build_the_node_cannot_run_warns(case, capsys):
 ])
 def test_bad_versions_fail_with_facts_kept(case, capsys, version, build, fragment):
     case("h100-580")
-    code, result, _ = probe(capsys, version=version, build=build)
+    code, result, _out = probe(capsys, version=version, build=build)
     assert code == 1 and fragment in result["msg"]
     assert result["driver_version"] == "580.65.06"
 
 
 def test_a_build_outside_the_choices_is_refused(case, capsys):
     case("h100-580")
-    code, result, _ = probe(capsys, version="0.20.0", build="cu12")
+    code, result, _out = probe(capsys, version="0.20.0", build="cu12")
     assert code == 1 and "value of build must be one of: auto, cu13, cu129, none" in result["msg"]
 
 
 @pytest.mark.parametrize("option", ["timeout", "python_timeout"])
 def test_timeouts_must_be_positive(case, capsys, option):
     case("h100-580")
-    code, result, _ = probe(capsys, **{option: 0})
+    code, result, _out = probe(capsys, **{option: 0})
     assert code == 1 and result["msg"] == "%s must be at least 1 second, not 0" % option
 
 
 def test_a_python_that_is_not_there_fails(case, capsys, tmp_path):
     case("h100-580")
-    code, result, _ = probe(capsys, python=str(tmp_path / "bin" / "python"))
+    code, result, _out = probe(capsys, python=str(tmp_path / "bin" / "python"))
     assert code == 1 and "is not an executable file: give the interpreter of an engine environment" in result["msg"]
 
 
@@ -159,7 +159,7 @@ def fake_runtime(tmp_path_factory):
 
 def test_compute_check_passes(case, capsys, fake_runtime):
     case("h100-580")
-    code, result, _ = probe(capsys, python=sys.executable, env={"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok"})
+    code, result, _out = probe(capsys, python=sys.executable, env={"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok"})
     assert code == 0 and warnings_text(result) == [], warnings_text(result)
     compute = result["compute"]
     assert compute["ok"] is True and compute["engine"] == "vllm" and compute["python"] == sys.executable
@@ -170,7 +170,7 @@ def test_compute_check_passes(case, capsys, fake_runtime):
 def test_compute_check_failure_is_returned_and_warned(case, capsys, fake_runtime):
     case("h100-580")
     env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
-    code, result, _ = probe(capsys, python=sys.executable, env=env)
+    code, result, _out = probe(capsys, python=sys.executable, env=env)
     assert code == 0 and "failed" not in result
     compute = result["compute"]
     assert compute["ok"] is False and compute["classification"] == "no_kernel_image"
@@ -182,5 +182,5 @@ def test_compute_check_failure_is_returned_and_warned(case, capsys, fake_runtime
 def test_engine_none_checks_torch_only(case, capsys, fake_runtime):
     case("h100-580")
     env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
-    code, result, _ = probe(capsys, python=sys.executable, env=env, engine="none")
+    code, result, _out = probe(capsys, python=sys.executable, env=env, engine="none")
     assert code == 0 and result["compute"]["ok"] is True and result["compute"]["engine_op"] is None

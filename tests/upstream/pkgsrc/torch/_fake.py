@@ -42,8 +42,8 @@ def gpus():
         item = item.strip()
         if not item:
             continue
-        name, _, cap = item.rpartition("=")
-        major, _, minor = cap.strip().partition(".")
+        name, _sep, cap = item.rpartition("=")
+        major, _sep, minor = cap.strip().partition(".")
         result.append((name.strip(), (int(major), int(minor or 0))))
     return result
 
@@ -90,7 +90,7 @@ class device:  # noqa: N801 - named like torch's
         if isinstance(spec, device):
             spec, index = spec.type, spec.index
         spec = str(spec)
-        kind, _, number = spec.partition(":")
+        kind, _sep, number = spec.partition(":")
         if kind not in ("cpu", "cuda"):
             raise RuntimeError("Expected one of cpu, cuda device type at start of device string: " + spec)
         self.type = kind

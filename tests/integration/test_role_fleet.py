@@ -235,7 +235,7 @@ class Fleet:
                 "ANSIBLE_FORKS": "10",
                 # set_stats (the artifacts AWX keeps) printed at the end of the run
                 "ANSIBLE_SHOW_CUSTOM_STATS": "1",
-                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+                "PATH": os.pathsep.join([str(self.tmp / "fakebin"), str(BIN), env.get("PATH", "")]),
             }
         )
         env.pop("GITHUB_TOKEN", None)
@@ -319,6 +319,23 @@ class Run:
 
     def __repr__(self):
         return "ansible-playbook exited %s; whole output in %s; its end:\n%s" % (self.rc, self.log, self.out[-3000:])
+
+
+def fake_systemctl(tmp: pathlib.Path) -> pathlib.Path:
+    """A systemctl on the play's PATH that knows every unit as running and logs restarts."""
+    log = tmp / "systemctl.log"
+    script = tmp / "fakebin" / "systemctl"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        '  show) printf "Id=%s\\nLoadState=loaded\\nActiveState=active\\nSubState=running\\n" "$2" ;;\n'
+        f'  restart) echo "restart $2" >> "{log}" ;;\n'
+        "esac\n"
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    return log
 
 
 def github_requests(upstream) -> list[str]:
@@ -517,10 +534,14 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     nodes = {k: NODES[k] for k in ("h100", "a100", "off")}
     fleet = Fleet(tmp_path, upstream, uv_index, nodes)
     host_vars = fleet.inventory / "host_vars" / "h100.yml"
-    host_vars.write_text("---\n# operator's notes stay\nengine_node_keep: 2\nengine_node_build: auto\nengine_node_services: []\n")
+    host_vars.write_text("---\n# operator's notes stay\nengine_node_keep: 2\nengine_node_build: auto\n"
+                         "engine_node_services: [vllm-a.service, vllm-b.service]\n")
+    restarts = fake_systemctl(tmp_path)
     run = fleet.play("site.yml")
     assert run.rc == 0, run
     assert (fleet.current("h100"), fleet.current("a100")) == ("0.20.0-cu13", "0.20.0-cu129")
+    # the handler restarted h100's units once `current` was set
+    assert restarts.read_text().split("\n") == ["restart vllm-a.service", "restart vllm-b.service", ""]
 
     # a build that is not allowed: refused, the file untouched
     before = host_vars.read_text()
@@ -539,6 +560,7 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     assert fleet.imports("h100") == ["0.20.0+cu129", "2.11.0+cu129", "12.9"]
     assert fleet.envs("h100") == ["0.20.0-cu129", "0.20.0-cu13"]
     assert "a100" not in run.recap() and "off" not in run.recap()
+    assert restarts.read_text().count("restart vllm-a.service") == 2
     # a node without a host_vars file gets one
     run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
     assert run.rc == 0, run
@@ -549,6 +571,7 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     assert run.rc == 0, run
     assert {n: c["changed"] for n, c in run.recap().items()} == {"h100": 0, "a100": 0, "off": 0}, run
     assert run.out.count("PLAY [Converge the vLLM engines of the fleet]") == 3
+    assert restarts.read_text().count("restart vllm-a.service") == 2  # nothing changed, nothing restarted
     assert {h: (v["action"], v["effective"]) for h, v in run.stats()["engine_node"].items()} == {
         "h100": ("unchanged", "cu129"), "a100": ("unchanged", "cu129"), "off": ("none", "none")}
 

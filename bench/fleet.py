@@ -4,7 +4,8 @@ H100 with driver 580, so build auto picks cu13 from PyPI) against the fake upstr
 For each N: the rollout (``playbooks/site.yml`` on fresh nodes: wall time, and every byte the
 fleet pulled from the upstream, by kind), then the no-op re-run of the converged fleet (what an
 hourly AWX job costs) against a bare playbook running one ``ansible.builtin.stat`` on the same N
-hosts (``bench/playbooks/bare.yml``), alternated, several times. Every run counts its tasks and
+hosts (``bench/playbooks/bare.yml``), and a hand-written check making the role's decisions with
+the same two module calls and nothing else (``bench/playbooks/lean.yml``), alternated, several times. Every run counts its tasks and
 module calls per node (``bench/callback_plugins/bench_count.py``) and what reached the upstream.
 With ``--variants``, the no-op re-run again at the largest N under settings a site can choose
 without touching the role (pipelining, forks, an explicit build), each against the default.
@@ -47,6 +48,7 @@ CASE = "h100-580"
 VERSION = "0.20.0"
 SITE = REPO / "playbooks" / "site.yml"
 BARE = REPO / "bench" / "playbooks" / "bare.yml"
+LEAN = REPO / "bench" / "playbooks" / "lean.yml"
 CALLBACKS = REPO / "bench" / "callback_plugins"
 FORKS = 5  # Ansible's default, and AWX's when a job template leaves forks at 0
 
@@ -159,19 +161,24 @@ def _recap_changed(out: str) -> int:
     return total
 
 
+def _whole(value):
+    """A median of counts: an int when it is one."""
+    return int(value) if value is not None and value == int(value) else value
+
+
 def per_node(counts: dict) -> dict:
     """Medians over the nodes of a run: task results, module calls (all, and those on the controller)."""
     hosts = [h for name, h in counts["hosts"].items() if name != "localhost"]
     keys = ("results", "ok", "changed", "skipped")
-    out = {k: median([h[k] for h in hosts]) for k in keys}
+    out = {k: _whole(median([h[k] for h in hosts])) for k in keys}
     # on the node (delegated calls, run once for the play on the controller, are counted apart)
-    out["module_calls"] = median([h["module_calls"] - h["controller_module_calls"] for h in hosts])
+    out["module_calls"] = _whole(median([h["module_calls"] - h["controller_module_calls"] for h in hosts]))
     out["controller_module_calls_in_run"] = sum(h["controller_module_calls"] for h in hosts)
     actions = {}
     for host in hosts:
         for action, calls in host["by_action"].items():
             actions.setdefault(action, []).append(calls)
-    out["module_calls_by_action"] = {a: median(v + [0] * (len(hosts) - len(v))) for a, v in sorted(actions.items())}
+    out["module_calls_by_action"] = {a: _whole(median(v + [0] * (len(hosts) - len(v)))) for a, v in sorted(actions.items())}
     return out
 
 
@@ -241,11 +248,12 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
         "node_root_apparent_bytes": apparent_bytes(first),
     }
     # the no-op re-run, against the bare playbook
-    sides = [("site.yml", lambda i: fleet.play(SITE)), ("bare", lambda i: fleet.play(BARE))]
+    sides = [("site.yml", lambda i: fleet.play(SITE)), ("bare", lambda i: fleet.play(BARE)),
+             ("lean", lambda i: fleet.play(LEAN))]
     samples = alternate(reps, sides)
-    for sample in samples["site.yml"]:
-        if sample["changed"]:
-            raise RuntimeError("the no-op re-run changed something (%s changed)" % sample["changed"])
+    for name, runs in samples.items():
+        if any(sample["changed"] for sample in runs):
+            raise RuntimeError("the no-op re-run of %s changed something" % name)
     noop_requests = [len(s["upstream_log"]) + len(s["uv_requests"]) for s in samples["site.yml"]]
     sums = {name: summary(s) for name, s in samples.items()}
     return {
@@ -266,14 +274,16 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
             "sides": sums,
             "ratio_wall": ratio(sums["site.yml"]["wall_median"], sums["bare"]["wall_median"]),
             "ratio_cpu": ratio(sums["site.yml"]["cpu_median"], sums["bare"]["cpu_median"]),
+            "ratio_wall_lean": ratio(sums["site.yml"]["wall_median"], sums["lean"]["wall_median"]),
+            "ratio_cpu_lean": ratio(sums["site.yml"]["cpu_median"], sums["lean"]["cpu_median"]),
             "wall_per_node": {k: round(v["wall_median"] / n, 3) for k, v in sums.items()},
-            "per_node": {"site.yml": per_node(samples["site.yml"][0]["counts"]),
-                         "bare": per_node(samples["bare"][0]["counts"])},
+            "cpu_per_node": {k: round(v["cpu_median"] / n, 3) for k, v in sums.items()},
+            "per_node": {name: per_node(runs[0]["counts"]) for name, runs in samples.items()},
             "requests_upstream": {"per_run": noop_requests,
                                   "by_kind": _kinds(samples["site.yml"])},
             "tasks": tasks_table(samples["site.yml"]),
             "seconds_by_kind": seconds_by_kind(samples["site.yml"]),
-            "commands": {"site.yml": samples["site.yml"][0]["command"], "bare": samples["bare"][0]["command"]},
+            "commands": {name: runs[0]["command"] for name, runs in samples.items()},
         },
         "_fleet": fleet,
     }

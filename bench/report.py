@@ -47,7 +47,9 @@ def header(data: dict) -> list[str]:
             ", ".join(str(x) for x in m["load_average"]), ", ".join(str(x) for x in end.get("load_average", []))),
         "- tools: ansible-core %s, %s, Python %s (controller); environments built with %s" % (
             m["ansible_core"], m["uv"], m["python"], m["system_python"]),
-        "- collection: commit %s" % m.get("commit", "unknown"),
+        "- collection: commit %s%s" % (
+            m.get("commit", "unknown"),
+            (", at the end %s" % end["commit"]) if end.get("commit") and end["commit"] != m.get("commit") else ""),
         "",
         "Method: both sides of a comparison run in one run, alternating (A B, B A, ...), several times;",
         "the tables give medians. *wall* is elapsed time; *CPU* is user + system time of the command's",
@@ -60,6 +62,15 @@ def header(data: dict) -> list[str]:
         "renders this page again.",
         "",
     ]
+    sections = data.get("sections") or {}
+    if any(v.get("command") != data["command"] for v in sections.values()):
+        out += ["Sections measured by different runs:", ""]
+        for name, info in sections.items():
+            sm = info["machine"]
+            out.append("- %s: %s, commit %s, load average %s, `%s`" % (
+                name, sm["date"], sm.get("commit", "unknown"), ", ".join(str(x) for x in sm["load_average"]),
+                info["command"]))
+        out.append("")
     return out
 
 
@@ -116,29 +127,42 @@ def flow_section(flow: dict) -> list[str]:
 
 
 def fleet_section(fleet: dict) -> list[str]:
-    out = ["## 2. No-op re-run of a converged fleet: playbooks/site.yml against a bare playbook", "",
+    out = ["## 2. No-op re-run of a converged fleet: playbooks/site.yml against a bare and a hand-written playbook", "",
            "N simulated nodes (`ansible_connection: local`, one root each, a fake H100 with driver 580,",
            "`engine_node_build: auto` -> cu13 from PyPI), converged by a first run of site.yml. Then, alternated",
-           "%s times: site.yml again (nothing to do: the hourly AWX run), and `bench/playbooks/bare.yml`, one"
+           "%s times: site.yml again (nothing to do: the hourly AWX run); `bench/playbooks/bare.yml`, one"
            % fleet["reps"],
-           "`ansible.builtin.stat` of the node's `current` link on the same hosts. forks %s (Ansible's default)."
-           % fleet["forks"], "Tasks and module calls counted per node by `bench/callback_plugins/bench_count.py`"
-           " (task results include skipped ones; a module call is a task result that ran a module).", ""]
+           "`ansible.builtin.stat` of the node's `current` link on the same hosts (the floor of any run); and",
+           "`bench/playbooks/lean.yml`, the check a user would write by hand making the role's decisions with its",
+           "two module calls (gpu_probe, the stat of `current`) and one assert. forks %s (Ansible's default)."
+           % fleet["forks"],
+           "With `ansible_connection: local` the nodes' module runs share the controller's CPUs; on a real fleet",
+           "they run on the nodes, and the controller pays for every task, module or not. Tasks and module calls",
+           "are counted per node by `bench/callback_plugins/bench_count.py` (task results include skipped ones;",
+           "a module call is a task result that ran a module).", ""]
     rows = []
+    lean = all("lean" in f["noop"]["sides"] for f in fleet["fleets"])
+    names = ("site.yml", "bare", "lean") if lean else ("site.yml", "bare")
     for f in fleet["fleets"]:
         n = f["noop"]
         s = n["sides"]
         per = n["per_node"]
-        rows.append([f["n"], _s(s["site.yml"]["wall_median"]), _s(s["bare"]["wall_median"]),
-                     "**%s**" % _x(n["ratio_wall"]),
-                     "%s / %s" % (_s(s["site.yml"]["cpu_median"]), _s(s["bare"]["cpu_median"])), _x(n["ratio_cpu"]),
-                     "%s / %s" % (_s(n["wall_per_node"]["site.yml"]), _s(n["wall_per_node"]["bare"])),
-                     "%s (%s skipped) / %s" % (per["site.yml"]["results"], per["site.yml"]["skipped"], per["bare"]["results"]),
-                     "%s / %s" % (per["site.yml"]["module_calls"], per["bare"]["module_calls"]),
-                     sum(n["requests_upstream"]["per_run"])])
-    out += _table(["N", "site.yml wall", "bare wall", "ratio", "CPU site / bare", "CPU ratio",
-                   "wall per node site / bare", "task results per node site / bare", "module calls per node site / bare",
-                   "requests upstream (all no-op runs)"], rows)
+        row = [f["n"]] + [_s(s[k]["wall_median"]) for k in names] + ["**%s**" % _x(n["ratio_wall"])]
+        if lean:
+            row.append("**%s**" % _x(n["ratio_wall_lean"]))
+        row += [" / ".join(_s(s[k]["cpu_median"]) for k in names),
+                " / ".join(_x(r) for r in ([n["ratio_cpu"], n["ratio_cpu_lean"]] if lean else [n["ratio_cpu"]])),
+                " / ".join(_s(n["cpu_per_node"][k]) for k in names) if "cpu_per_node" in n else "n/a",
+                " / ".join(("%s (%s skipped)" % (per[k]["results"], per[k]["skipped"])) if per[k]["skipped"] else str(per[k]["results"])
+                           for k in names),
+                " / ".join(str(per[k]["module_calls"]) for k in names),
+                sum(n["requests_upstream"]["per_run"])]
+        rows.append(row)
+    slash = " / ".join(("site", "bare", "lean") if lean else ("site", "bare"))
+    out += _table(["N"] + ["%s wall" % k for k in names] + ["site/bare"] + (["site/lean"] if lean else [])
+                  + ["CPU " + slash, "CPU site/bare" + (" / site/lean" if lean else ""), "CPU per node " + slash,
+                     "task results per node " + slash, "module calls per node " + slash,
+                     "requests upstream (all no-op runs of site.yml)"], rows)
     if fleet["fleets"]:
         last = fleet["fleets"][-1]
         out += ["Module calls per node of the no-op site.yml run, by module: %s." % ", ".join(
@@ -165,7 +189,7 @@ def fleet_section(fleet: dict) -> list[str]:
                        "module calls per node"], rows)
     if fleet["fleets"]:
         out += ["Commands (N = %s; the inventory is generated, see `bench/fleet.py`):" % fleet["fleets"][-1]["n"], ""]
-        out += _code([fleet["fleets"][-1]["noop"]["commands"]["site.yml"], fleet["fleets"][-1]["noop"]["commands"]["bare"]])
+        out += _code(list(fleet["fleets"][-1]["noop"]["commands"].values()))
     return out
 
 
@@ -175,7 +199,10 @@ def disk_section(disk: dict) -> list[str]:
            "one after the other, with the uv cache kept (`keep_cache: true`) and dropped after each build (the",
            "module's and the role's default). Disk: `du -s -B1` of the paths together in one invocation, so a",
            "file hard-linked into several of them (cache and environments) counts once. Download: the bytes that",
-           "came from the upstream (fake upstream: request log; real PyPI: a counting HTTPS proxy, TLS bytes).", ""]
+           "came from the upstream (fake upstream: request log; real PyPI: a counting HTTPS proxy, TLS bytes).",
+           "The fake upstream serves neither PEP 658 metadata files nor range requests, so uv fetches each wheel",
+           "twice there (`uv pip compile` reads its metadata from the whole file, `uv pip install` downloads it);",
+           "against PyPI the resolution reads only the metadata files.", ""]
     for case in disk["cases"]:
         out += ["**%s**" % case["case"], ""]
         rows = []
@@ -210,7 +237,9 @@ def download_section(fleet: dict) -> list[str]:
            "The first site.yml run on N fresh nodes (the rollout of section 2). Requests and bytes from the fake",
            "upstream's request log (files sized from its catalogue, index and API bodies measured), and from the",
            "uv index (`tests/uv_index.py`: uv's wheel, which here holds this machine's uv binary uncompressed).",
-           "Rollout wall time with `engine_node_progress_interval: 2`.", ""]
+           "Rollout wall time with `engine_node_progress_interval: 2`. Each wheel comes twice from the fake upstream",
+           "(see section 3: no PEP 658 metadata there); the look-ups (PyPI JSON, GitHub API, uv's release) run once",
+           "per play on the controller.", ""]
     rows = []
     for f in fleet["fleets"]:
         r = f["rollout"]

@@ -19,11 +19,14 @@ from bench import disk, fleet, flow
 from bench.common import REPO, WORK, machine, rel, write_json
 from bench.report import render
 
+SECTIONS = ("flow", "disk", "fleet")
+
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=("flow", "fleet", "disk"), default=["flow", "disk", "fleet"])
+    parser.add_argument("--only", nargs="+", choices=("flow", "fleet", "disk"), default=["flow", "disk", "fleet"],
+                        help="run these only; the others are kept from the previous results (--json)")
     parser.add_argument("--n", type=int, nargs="+", default=[1, 10, 50], help="fleet sizes (default 1 10 50)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions of the flow benchmark (fake upstream)")
     parser.add_argument("--pypi-reps", type=int, default=3, help="repetitions of the flow benchmark (real PyPI)")
@@ -37,16 +40,27 @@ def main(argv=None) -> int:
     args.json = args.json or args.work / "results.json"
 
     t0 = time.monotonic()
-    data = {"command": "python -m bench.run " + " ".join(shlex.quote(a) for a in argv) if argv else "python -m bench.run",
-            "machine": machine()}
+    command = "python -m bench.run " + " ".join(shlex.quote(a) for a in argv) if argv else "python -m bench.run"
+    data = {"command": command, "machine": machine(), "sections": {}}
+    # a partial run (--only) keeps the other sections of the previous results, with when they were measured
+    if set(args.only) != set(SECTIONS) and args.json.exists():
+        previous = json.loads(args.json.read_text())
+        for name in SECTIONS:
+            if name not in args.only and name in previous:
+                data[name] = previous[name]
+                data["sections"][name] = previous.get("sections", {}).get(name) or {
+                    "machine": previous["machine"], "command": previous["command"]}
     # cheap and independent of N first; the fleet (its largest N last) at the end
     if "flow" in args.only:
+        data["sections"]["flow"] = {"machine": machine(), "command": command}
         data["flow"] = flow.run(args.reps, args.pypi_reps, not args.no_pypi, work=args.work / "flow")
         write_json(args.json, data)
     if "disk" in args.only:
+        data["sections"]["disk"] = {"machine": machine(), "command": command}
         data["disk"] = disk.run(not args.no_pypi, work=args.work / "disk")
         write_json(args.json, data)
     if "fleet" in args.only:
+        data["sections"]["fleet"] = {"machine": machine(), "command": command}
         data["fleet"] = fleet.run(args.n, args.fleet_reps, not args.no_variants, work=args.work / "fleet")
         if not args.no_pypi:
             data["fleet"]["uv_wheel_on_pypi"] = fleet.uv_wheel_on_pypi()

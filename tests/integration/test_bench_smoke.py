@@ -100,6 +100,11 @@ def test_fleet_counts_tasks_module_calls_and_requests(smoke):
     # the bare playbook is one stat per node: the counter must see exactly that
     bare = noop["per_node"]["bare"]
     assert (bare["results"], bare["module_calls"], bare["module_calls_by_action"]) == (1, 1, {"stat": 1})
+    # the hand-written check: gpu_probe, the stat, one assert
+    lean = noop["per_node"]["lean"]
+    assert (lean["results"], lean["module_calls"], lean["changed"]) == (3, 2, 0)
+    assert lean["module_calls_by_action"] == {"llmfleet.engines.gpu_probe": 1, "stat": 1}
+    check_side(noop["sides"]["lean"])
     site = noop["per_node"]["site.yml"]
     assert site["changed"] == 0
     assert site["results"] > site["module_calls"] >= 1

@@ -163,8 +163,8 @@ NODES = {
     # H100, driver 580: auto -> cu13, vLLM 0.20.0's PyPI wheel.
     "h100": ("h100-580", {"engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"}}),
     # A100, driver 535: auto -> cu129, the +cu129 wheel of the GitHub release, torch from cu129.
-    "a100": ("a100-535", {"engine_node_check_env": {"FAKE_TORCH_CUDA": "ok",
-                                                      "FAKE_TORCH_GPUS": "NVIDIA A100-SXM4-80GB=8.0"}}),
+    "a100": ("a100-535", {"engine_node_check_env": {
+        "FAKE_TORCH_CUDA": "ok", "FAKE_TORCH_GPUS": "NVIDIA A100-SXM4-80GB=8.0"}}),
     # H100 where the CUDA 13 build has no kernel for the GPU: auto -> cu13, GPU check fails with
     # no_kernel_image, the role tries cu129 once, which computes. engine_node_attempt_build is
     # the build being tried (a fact the role sets), so the simulated GPU answers per build.
@@ -391,7 +391,8 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     for name in ("h100", "a100", "fallback", "explicit"):
         uv_dir = fleet.roots[name] / "uv" / UV_VERSION
         assert sorted(p.name for p in uv_dir.iterdir()) == ["uv"], name
-        assert subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True).stdout.startswith(f"uv {UV_VERSION}")
+        answer = subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True, check=True)
+        assert answer.stdout.startswith(f"uv {UV_VERSION}")
 
     # no background job's result file left behind
     assert sorted(p.name for p in (tmp_path / "ansible-async").iterdir()) == []

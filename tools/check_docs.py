@@ -8,6 +8,7 @@ role's argument specs must render as well.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import pathlib
 import subprocess
@@ -67,15 +68,18 @@ def tasks_in(examples) -> list[dict]:
     return out
 
 
-def ansible_doc(kind: str, name: str) -> list[str]:
+def ansible_doc(kind: str, name: str):
+    """The plugin's documentation as ansible-doc renders it (JSON), or a list of problems."""
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_COLLECTIONS_PATH=str(REPO / "build" / "collections"))
-    result = subprocess.run(
-        [str(pathlib.Path(sys.executable).parent / "ansible-doc"), "-t", kind, name],
-        capture_output=True, text=True, env=env, check=False,
-    )
-    if result.returncode != 0 or "[WARNING]" in result.stderr or not result.stdout.strip():
-        return [f"ansible-doc -t {kind} {name} failed (rc {result.returncode}): {result.stderr.strip()}"]
-    return []
+    binary = str(pathlib.Path(sys.executable).parent / "ansible-doc")
+    problems = []
+    for extra in ([], ["--json"]):
+        result = subprocess.run([binary, "-t", kind, *extra, name], capture_output=True, text=True, env=env, check=False)
+        if result.returncode != 0 or "[WARNING]" in result.stderr or not result.stdout.strip():
+            problems.append(f"ansible-doc -t {kind} {' '.join(extra)} {name} failed (rc {result.returncode}): {result.stderr.strip()}")
+    if problems:
+        return problems
+    return json.loads(result.stdout)
 
 
 def main() -> int:
@@ -90,12 +94,16 @@ def main() -> int:
         for section in ("DOCUMENTATION", "EXAMPLES", "RETURN"):
             if not docs.get(section, "").strip():
                 problems.append(f"{fqcn}: {section} is missing or empty")
-        problems.extend(ansible_doc("module", fqcn))
+        rendered = ansible_doc("module", fqcn)
+        if isinstance(rendered, list):
+            problems.extend(rendered)
+            continue
+        # Options as ansible-doc merges them, documentation fragments included.
+        spec = rendered[fqcn]["doc"].get("options", {})
         try:
-            spec = (yaml.safe_load(docs.get("DOCUMENTATION") or "{}") or {}).get("options", {})
             examples = yaml.safe_load(docs.get("EXAMPLES") or "[]")
         except yaml.YAMLError as exc:
-            problems.append(f"{fqcn}: DOCUMENTATION or EXAMPLES is not valid YAML: {exc}")
+            problems.append(f"{fqcn}: EXAMPLES is not valid YAML: {exc}")
             continue
         calls = 0
         for task in tasks_in(examples):
@@ -111,10 +119,12 @@ def main() -> int:
             problems.append(f"{fqcn}: EXAMPLES never call the module")
         checked += 1
     for path in sorted((REPO / "plugins" / "filter").glob("*.yml")):
-        problems.extend(ansible_doc("filter", f"{NS}.{path.stem}"))
+        rendered = ansible_doc("filter", f"{NS}.{path.stem}")
+        problems.extend(rendered if isinstance(rendered, list) else [])
         checked += 1
     for role in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
-        problems.extend(ansible_doc("role", f"{NS}.{role.parent.parent.name}"))
+        rendered = ansible_doc("role", f"{NS}.{role.parent.parent.name}")
+        problems.extend(rendered if isinstance(rendered, list) else [])
         checked += 1
     for problem in problems:
         print(f"ERROR: {problem}")

@@ -174,6 +174,32 @@ def server_message(body):
     return text[:200]
 
 
+def http_argument_spec():
+    """The HTTP options of the look-up modules (documented by the llmfleet.engines.http fragment)."""
+    return dict(
+        timeout=dict(type="int", default=30),
+        retries=dict(type="int", default=3),
+        backoff=dict(type="float", default=1.0),
+        validate_certs=dict(type="bool", default=True),
+    )
+
+
+def http_option_problem(params):
+    """What is wrong with the HTTP options in a module's params, or None."""
+    for name in ("retries", "backoff"):
+        if params[name] < 0:
+            return "%s must not be negative (got %s)" % (name, params[name])
+    if params["timeout"] <= 0:
+        return "timeout must be more than 0 seconds (got %s)" % params["timeout"]
+    return None
+
+
+def client_from_params(params, secrets=None):
+    """An HttpClient configured by a module's HTTP options (see http_argument_spec)."""
+    return HttpClient(timeout=params["timeout"], retries=params["retries"], backoff=params["backoff"],
+                      validate_certs=params["validate_certs"], secrets=secrets)
+
+
 class HttpClient(object):
     """GETs with retries and exponential back-off.
 

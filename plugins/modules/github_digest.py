@@ -79,27 +79,8 @@ options:
         C(*.sha256) and C(*.sha256sum), in any case.
     type: str
     default: '(?i)^(sha256sums?(\.txt)?|.*checksums?\.txt|.+\.sha256(sum)?)$'
-  timeout:
-    description:
-      - Seconds to wait for each request.
-    type: int
-    default: 30
-  retries:
-    description:
-      - How many more times to try a request after a connection error, time-out, 429 or 5xx.
-    type: int
-    default: 3
-  backoff:
-    description:
-      - Seconds to wait before the first retry; each further retry waits twice as long as the
-        one before (or the server's C(Retry-After), when longer, up to 60 s).
-    type: float
-    default: 1.0
-  validate_certs:
-    description:
-      - Check the servers' TLS certificates.
-    type: bool
-    default: true
+extends_documentation_fragment:
+  - llmfleet.engines.http
 attributes:
   check_mode:
     support: full
@@ -220,7 +201,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._github import (
     GithubError,
     Lookup,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, HttpError
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+    HttpError,
+    client_from_params,
+    http_argument_spec,
+    http_option_problem,
+)
 
 
 def main():
@@ -235,27 +221,21 @@ def main():
             download_url=dict(type="str", default=DEFAULT_DOWNLOAD_URL),
             token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
             checksum_asset_pattern=dict(type="str", default=DEFAULT_CHECKSUM_PATTERN),
-            timeout=dict(type="int", default=30),
-            retries=dict(type="int", default=3),
-            backoff=dict(type="float", default=1.0),
-            validate_certs=dict(type="bool", default=True),
+            **http_argument_spec()
         ),
         mutually_exclusive=[("asset", "pattern")],
         required_one_of=[("asset", "pattern")],
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("retries", "backoff"):
-        if p[name] < 0:
-            module.fail_json(msg="%s must not be negative (got %s)" % (name, p[name]))
-    if p["timeout"] <= 0:
-        module.fail_json(msg="timeout must be more than 0 seconds (got %s)" % p["timeout"])
+    problem = http_option_problem(p)
+    if problem:
+        module.fail_json(msg=problem)
     if p["multiple"] and p["asset"]:
         module.fail_json(msg="multiple applies to pattern only: an exact asset name matches one asset")
 
     token = p["token"] or None
-    client = HttpClient(timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
-                        validate_certs=p["validate_certs"], secrets=[token] if token else None)
+    client = client_from_params(p, secrets=[token] if token else None)
     try:
         result = Lookup(client, p["repo"], p["tag"], asset=p["asset"], pattern=p["pattern"],
                         multiple=p["multiple"], token=token, api_url=p["api_url"],

@@ -60,27 +60,8 @@ options:
         Use it only to keep a fleet on a release you knowingly pinned before it was yanked.
     type: bool
     default: false
-  timeout:
-    description:
-      - Seconds to wait for each request.
-    type: int
-    default: 30
-  retries:
-    description:
-      - How many more times to try a request after a connection error, time-out, 429 or 5xx.
-    type: int
-    default: 3
-  backoff:
-    description:
-      - Seconds to wait before the first retry; each further retry waits twice as long as the
-        one before (or the server's C(Retry-After), when longer, up to 60 s).
-    type: float
-    default: 1.0
-  validate_certs:
-    description:
-      - Check the server's TLS certificate. Turn off only for a mirror you trust.
-    type: bool
-    default: true
+extends_documentation_fragment:
+  - llmfleet.engines.http
 attributes:
   check_mode:
     support: full
@@ -194,7 +175,12 @@ source_url:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, HttpError
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+    HttpError,
+    client_from_params,
+    http_argument_spec,
+    http_option_problem,
+)
 from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import (
     DEFAULT_INDEX_URL,
     PypiError,
@@ -211,22 +197,18 @@ def main():
             simple_url=dict(type="str"),
             margin=dict(type="int", default=24),
             allow_yanked=dict(type="bool", default=False),
-            timeout=dict(type="int", default=30),
-            retries=dict(type="int", default=3),
-            backoff=dict(type="float", default=1.0),
-            validate_certs=dict(type="bool", default=True),
+            **http_argument_spec()
         ),
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("margin", "retries", "backoff"):
-        if p[name] < 0:
-            module.fail_json(msg="%s must not be negative (got %s)" % (name, p[name]))
-    if p["timeout"] <= 0:
-        module.fail_json(msg="timeout must be more than 0 seconds (got %s)" % p["timeout"])
+    if p["margin"] < 0:
+        module.fail_json(msg="margin must not be negative (got %s)" % p["margin"])
+    problem = http_option_problem(p)
+    if problem:
+        module.fail_json(msg=problem)
 
-    client = HttpClient(timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
-                        validate_certs=p["validate_certs"])
+    client = client_from_params(p)
     what = "%s %s" % (p["project"], p["version"])
     try:
         result = lookup(client, p["project"], p["version"], index_url=p["index_url"],

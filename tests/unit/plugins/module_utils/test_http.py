@@ -211,3 +211,29 @@ def test_server_message_reads_json_and_short_text_but_not_html():
     assert _http.server_message(b"upstream   down\n") == "upstream down"
     assert _http.server_message(b"<html><body>Bad</body></html>") == ""
     assert _http.server_message(b"") == ""
+
+
+GOOD_HTTP_PARAMS = {"timeout": 30, "retries": 3, "backoff": 1.0, "validate_certs": True}
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({}, None),
+        ({"retries": 0, "backoff": 0.0}, None),
+        ({"retries": -1}, "retries must not be negative (got -1)"),
+        ({"backoff": -0.5}, "backoff must not be negative (got -0.5)"),
+        ({"timeout": 0}, "timeout must be more than 0 seconds (got 0)"),
+    ],
+)
+def test_http_option_problem(change, problem):
+    assert _http.http_option_problem(dict(GOOD_HTTP_PARAMS, **change)) == problem
+
+
+def test_client_from_params_and_spec_defaults_agree():
+    spec = _http.http_argument_spec()
+    params = {name: option["default"] for name, option in spec.items()}
+    client = _http.client_from_params(dict(params, retries=2, validate_certs=False), secrets=["tok"])
+    assert (client.timeout, client.retries, client.backoff, client.validate_certs) == (30, 2, 1.0, False)
+    assert client.redact("a tok b") != "a tok b"
+    assert params == GOOD_HTTP_PARAMS

@@ -27,15 +27,15 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import pathlib
 import platform
-import signal
 import subprocess
 import sys
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.upstream.serve import serve_until_signalled
 
 UPLOAD_TIME = "2025-11-01T00:00:00.000000Z"
 
@@ -167,21 +167,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     index = UvIndex(args.uv, port=args.port).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    line = json.dumps({"url": index.url, "version": index.version, "pid": os.getpid()})
-    if args.ready_file:
-        tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
-        tmp.write_text(line + "\n")
-        tmp.replace(args.ready_file)
-    print(line, flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        index.stop()
-    return 0
+    return serve_until_signalled(index, {"url": index.url, "version": index.version}, args.ready_file)
 
 
 if __name__ == "__main__":

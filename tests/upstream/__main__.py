@@ -7,14 +7,11 @@ Builds the packages into DIR first when DIR is empty or missing. Once serving, p
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
-import signal
 import sys
-import threading
 
 from tests.upstream import FakeUpstream, build_packages
+from tests.upstream.serve import serve_until_signalled
 
 
 def main(argv=None) -> int:
@@ -28,25 +25,7 @@ def main(argv=None) -> int:
     if not args.packages.is_dir() or not any(args.packages.iterdir()):
         build_packages(args.packages)
     upstream = FakeUpstream(args.packages, host=args.host, port=args.port).start()
-    stop = threading.Event()
-
-    def _stop(_signum, _frame):
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    line = json.dumps({"url": upstream.url, "pid": os.getpid()})
-    if args.ready_file:
-        tmp = args.ready_file.with_name(args.ready_file.name + ".tmp")
-        tmp.write_text(line + "\n")
-        tmp.replace(args.ready_file)
-    print(line, flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        upstream.stop()
-    return 0
+    return serve_until_signalled(upstream, {"url": upstream.url}, args.ready_file)
 
 
 if __name__ == "__main__":

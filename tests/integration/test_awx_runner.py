@@ -26,11 +26,11 @@ import ansible_runner  # pinned in requirements/dev.txt and dev-latest.txt
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
+from tests.integration.node_state import current_env, env_names
 from tests.integration.test_targets import system_python
 
 BIN = pathlib.Path(sys.executable).parent
 VERSION = "0.20.0"
-MARKER = ".llmfleet-engine.json"
 
 pytestmark = pytest.mark.integration
 
@@ -127,14 +127,10 @@ class Job:
         )
 
     def envs(self, name: str) -> list[str]:
-        base = self.roots[name] / "engines" / "vllm"
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if (p / MARKER).is_file() and not p.is_symlink())
+        return env_names(self.roots[name])
 
     def current(self, name: str) -> str | None:
-        link = self.roots[name] / "engines" / "vllm" / "current"
-        return os.readlink(link) if link.is_symlink() else None
+        return current_env(self.roots[name])
 
 
 def host_events(result, host: str) -> list[dict]:

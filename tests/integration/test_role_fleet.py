@@ -34,13 +34,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
+from tests.integration.node_state import MARKER, current_env, env_names
 from tests.integration.test_targets import system_python
 
 FIXTURES = REPO / "tests" / "fixtures"
 BIN = pathlib.Path(sys.executable).parent
 UV_VERSION = "0.13.8"
 ARCH = os.uname().machine
-MARKER = ".llmfleet-engine.json"
 
 pytestmark = pytest.mark.integration
 
@@ -255,15 +255,10 @@ class Fleet:
         (self.inventory / "hosts.yml").write_text(json.dumps(doc, indent=2))
 
     def envs(self, name: str) -> list[str]:
-        """Environment directories (with a marker) under a node's root."""
-        base = self.roots[name] / "engines" / "vllm"
-        if not base.is_dir():
-            return []
-        return sorted(p.name for p in base.iterdir() if (p / MARKER).is_file() and not p.is_symlink())
+        return env_names(self.roots[name])
 
     def current(self, name: str) -> str | None:
-        link = self.roots[name] / "engines" / "vllm" / "current"
-        return os.readlink(link) if link.is_symlink() else None
+        return current_env(self.roots[name])
 
     def marker(self, name: str, env: str) -> dict:
         return json.loads((self.roots[name] / "engines" / "vllm" / env / MARKER).read_text())

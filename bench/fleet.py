@@ -8,9 +8,10 @@ hosts (``bench/playbooks/bare.yml``), and a hand-written check making the role's
 the same two module calls and nothing else (``bench/playbooks/lean.yml``), alternated, several times. Every run counts its tasks and
 module calls per node (``bench/callback_plugins/bench_count.py``) and what reached the upstream.
 With ``--variants``, the no-op re-run again at the largest N under settings a site can choose
-without touching the role (pipelining, forks, an explicit build), each against the default.
+without touching the role (pipelining, forks, an explicit build), each against the default; with
+``--before REF`` also the collection of an earlier commit on the same nodes (before/after).
 
-    python -m bench.fleet [--n 1 10 50] [--reps 3] [--variants] [--json F]
+    python -m bench.fleet [--n 1 10 50] [--reps 3] [--variants] [--before REF] [--json F]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 from bench.common import (
@@ -303,19 +305,35 @@ VARIANTS = (
     ("pipelining", "ANSIBLE_PIPELINING=True", {"env": {"ANSIBLE_PIPELINING": "True"}}),
     ("forks 10", "ANSIBLE_FORKS=10", {"env": {"ANSIBLE_FORKS": "10"}}),
     ("forks 20", "ANSIBLE_FORKS=20", {"env": {"ANSIBLE_FORKS": "20"}}),
-    ("explicit build", "-e engine_node_build=cu13 (no gpu_probe)", {"args": ["-e", "engine_node_build=cu13"]}),
+    ("explicit build", "-e engine_node_build=cu13", {"args": ["-e", "engine_node_build=cu13"]}),
 )
 
 
-def bench_variants(fleet: Fleet, reps: int) -> list[dict]:
+def before_variant(work: pathlib.Path, ref: str) -> tuple:
+    """The collection as it was at git ``ref`` (exported under ``work``), as a variant: its own
+    site.yml and role on the same converged nodes, for before/after figures in one run."""
+    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    root = work / "before" / "ansible_collections" / "llmfleet" / "engines"
+    shutil.rmtree(work / "before", ignore_errors=True)
+    root.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return ("collection at %s" % commit, "the collection of commit %s (git archive), its site.yml" % commit,
+            {"playbook": root / "playbooks" / "site.yml", "env": {"ANSIBLE_COLLECTIONS_PATH": str(work / "before")}})
+
+
+def bench_variants(fleet: Fleet, reps: int, extra: tuple = ()) -> list[dict]:
     """The no-op re-run under settings a site can choose, alternated with the default in one run."""
+    variants = tuple(extra) + VARIANTS
     sides = [("default", lambda i: fleet.play(SITE))]
-    for name, _how, spec in VARIANTS:
-        sides.append((name, lambda i, spec=spec: fleet.play(SITE, *spec.get("args", []), env_extra=spec.get("env"))))
+    for name, _how, spec in variants:
+        sides.append((name, lambda i, spec=spec: fleet.play(spec.get("playbook", SITE), *spec.get("args", []),
+                                                            env_extra=spec.get("env"))))
     samples = alternate(reps, sides)
     sums = {k: summary(v) for k, v in samples.items()}
     rows = []
-    for name, how, _spec in VARIANTS:
+    for name, how, _spec in variants:
         if any(s["changed"] for s in samples[name]):
             raise RuntimeError("the no-op re-run with %s changed something" % name)
         rows.append({"variant": name, "how": how, "n": fleet.n,
@@ -329,7 +347,7 @@ def bench_variants(fleet: Fleet, reps: int) -> list[dict]:
 
 
 def run(ns=(1, 10, 50), reps: int = 3, variants: bool = False, work: pathlib.Path | None = None,
-        keep: bool = False) -> dict:
+        keep: bool = False, before: str | None = None) -> dict:
     ensure_collection_link()
     work = work or WORK / "fleet"
     shutil.rmtree(work, ignore_errors=True)
@@ -349,7 +367,8 @@ def run(ns=(1, 10, 50), reps: int = 3, variants: bool = False, work: pathlib.Pat
                 if n != max(ns) and not keep:
                     shutil.rmtree(work / ("n%d" % n), ignore_errors=True)
             if variants and last is not None:
-                out["variants"] = [_scrub(r, up.url, uv_index.url) for r in bench_variants(last, reps)]
+                extra = (before_variant(work, before),) if before else ()
+                out["variants"] = [_scrub(r, up.url, uv_index.url) for r in bench_variants(last, reps, extra)]
     finally:
         uv_index.stop()
     if not keep:
@@ -370,9 +389,11 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--variants", action="store_true", help="also the no-op re-run under other settings")
     parser.add_argument("--keep", action="store_true", help="keep the simulated nodes under build/bench/fleet")
+    parser.add_argument("--before", metavar="GIT_REF",
+                        help="with --variants, also the collection of this commit on the same nodes (before/after)")
     parser.add_argument("--json", type=pathlib.Path, default=WORK / "fleet.json")
     args = parser.parse_args(argv)
-    data = run(args.n, args.reps, args.variants, keep=args.keep)
+    data = run(args.n, args.reps, args.variants, keep=args.keep, before=args.before)
     write_json(args.json, data)
     print(json.dumps(data, indent=2))
     return 0

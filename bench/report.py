@@ -187,6 +187,11 @@ def fleet_section(fleet: dict) -> list[str]:
                          "**%s**" % _x(v["ratio_wall"]), _x(v["ratio_cpu"]), v["module_calls_per_node"]])
         out += _table(["variant", "how", "default wall", "variant wall", "ratio wall", "ratio CPU",
                        "module calls per node"], rows)
+        if any(v["variant"].startswith("collection at ") for v in fleet["variants"]):
+            out += ["*collection at C*: the collection as it was at commit C (`--before C`), its own site.yml and"
+                    " role on the same converged nodes: its ratio is that commit's time over this one's"
+                    " (before/after in one run). Its task results per node: %s." % ", ".join(
+                        str(v["results_per_node"]) for v in fleet["variants"] if v["variant"].startswith("collection at ")), ""]
     if fleet["fleets"]:
         out += ["Commands (N = %s; the inventory is generated, see `bench/fleet.py`):" % fleet["fleets"][-1]["n"], ""]
         out += _code(list(fleet["fleets"][-1]["noop"]["commands"].values()))

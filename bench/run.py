@@ -1,7 +1,7 @@
 """Run the benchmarks and write ``bench/results.md`` (and ``build/bench/results.json``).
 
     python -m bench.run [--only flow fleet disk] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
-                        [--no-pypi] [--no-variants] [--output bench/results.md] [--json F]
+                        [--no-pypi] [--no-variants] [--before GIT_REF] [--output bench/results.md] [--json F]
 
 ``make bench`` runs it with the defaults. The fleet's largest N runs last.
 """
@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fleet-reps", type=int, default=3, help="repetitions of each no-op fleet run")
     parser.add_argument("--no-pypi", action="store_true", help="leave out the real-PyPI cases")
     parser.add_argument("--no-variants", action="store_true", help="leave out the fleet's settings variants")
+    parser.add_argument("--before", metavar="GIT_REF",
+                        help="also the collection of this earlier commit on the same nodes (a fleet variant)")
     parser.add_argument("--output", type=pathlib.Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--json", type=pathlib.Path, help="default: <work>/results.json")
     parser.add_argument("--work", type=pathlib.Path, default=WORK, help="scratch directory (default build/bench)")
@@ -61,7 +63,8 @@ def main(argv=None) -> int:
         write_json(args.json, data)
     if "fleet" in args.only:
         data["sections"]["fleet"] = {"machine": machine(), "command": command}
-        data["fleet"] = fleet.run(args.n, args.fleet_reps, not args.no_variants, work=args.work / "fleet")
+        data["fleet"] = fleet.run(args.n, args.fleet_reps, not args.no_variants, work=args.work / "fleet",
+                                  before=args.before)
         if not args.no_pypi:
             data["fleet"]["uv_wheel_on_pypi"] = fleet.uv_wheel_on_pypi()
     data["machine_end"] = machine()

@@ -24,6 +24,8 @@ description:
   - With O(version), also returns which build of vLLM that version this node should get
     (O(build)), from the collection's build table; the
     P(llmfleet.engines.engine_build_plan#filter) filter gives the same answer from these facts.
+  - With O(link), also reports where that symbolic link points (RV(link)), so that a role
+    learns the node's GPUs and its current engine environment in one module call.
   - Read-only; changes nothing on the node.
 author:
   - llmfleet maintainers (@llmfleet)
@@ -73,6 +75,12 @@ options:
     type: str
     default: auto
     choices: [auto, cu13, cu129, none]
+  link:
+    description:
+      - Path of a symbolic link to read, for example the C(current) link of an engine root,
+        C(/opt/llmfleet/engines/vllm/current). The result is RV(link).
+      - The link is read, never followed or changed; a path that does not exist is not an error.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -114,6 +122,11 @@ EXAMPLES = r"""
     python_timeout: 300
     env:
       CUDA_VISIBLE_DEVICES: "0,1"
+  register: gpu
+
+- name: The node's GPUs and where its current engine environment points, in one call
+  llmfleet.engines.gpu_probe:
+    link: /opt/llmfleet/engines/vllm/current
   register: gpu
 
 - name: Stop when the engine cannot compute on this node
@@ -247,6 +260,28 @@ compute:
     output:
       description: What else the interpreter printed (its end), kept for the error message.
       type: str
+link:
+  description: What O(link) is.
+  returned: when O(link) is given
+  type: dict
+  contains:
+    path:
+      description: The path given in O(link).
+      type: str
+      sample: /opt/llmfleet/engines/vllm/current
+    exists:
+      description: Whether something (a link, a file, a directory) is at O(link).
+      type: bool
+    is_link:
+      description: Whether O(link) is a symbolic link.
+      type: bool
+    target:
+      description: Where the link points, as written in it; null when O(link) is not a link.
+      type: str
+      sample: 0.20.0-cu13
+    target_exists:
+      description: Whether the link resolves to something that exists (false for a dangling link).
+      type: bool
 choice:
   description: The build of O(version) for this node, as the build table and policy decide.
   returned: when O(version) is given
@@ -310,6 +345,7 @@ def main():
             env=dict(type="dict"),
             version=dict(type="str"),
             build=dict(type="str", default="auto", choices=list(_builds.REQUESTS)),
+            link=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -348,7 +384,22 @@ def main():
         if not result["compute"]["ok"]:
             module.warn(_gpu.failure_message(result["compute"]))
 
+    if params["link"]:
+        result["link"] = read_link(params["link"])
+
     module.exit_json(**result)
+
+
+def read_link(path):
+    """What is at ``path``, read without following it (see RETURN ``link``)."""
+    is_link = os.path.islink(path)
+    return {
+        "path": path,
+        "exists": os.path.lexists(path),
+        "is_link": is_link,
+        "target": os.readlink(path) if is_link else None,
+        "target_exists": os.path.exists(path),
+    }
 
 
 if __name__ == "__main__":

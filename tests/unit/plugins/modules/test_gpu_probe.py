@@ -184,3 +184,38 @@ def test_engine_none_checks_torch_only(case, capsys, fake_runtime):
     env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
     code, result, _out = probe(capsys, python=sys.executable, env=env, engine="none")
     assert code == 0 and result["compute"]["ok"] is True and result["compute"]["engine_op"] is None
+
+
+def test_link_is_read_without_following(case, capsys, tmp_path):
+    case("h100-580")
+    envs = tmp_path / "engines" / "vllm"
+    (envs / "0.20.0-cu13").mkdir(parents=True)
+    current = envs / "current"
+    code, result, _out = probe(capsys, link=str(current))
+    assert code == 0 and result["gpu_count"] == 1
+    assert result["link"] == {"path": str(current), "exists": False, "is_link": False, "target": None,
+                              "target_exists": False}
+
+    current.symlink_to("0.20.0-cu13")
+    code, result, _out = probe(capsys, link=str(current), _ansible_check_mode=True)
+    assert result["link"] == {"path": str(current), "exists": True, "is_link": True, "target": "0.20.0-cu13",
+                              "target_exists": True}
+
+    # its environment removed by hand: the link dangles, and says so
+    (envs / "0.20.0-cu13").rmdir()
+    code, result, _out = probe(capsys, link=str(current))
+    assert (result["link"]["exists"], result["link"]["target"], result["link"]["target_exists"]) == (
+        True, "0.20.0-cu13", False)
+    assert current.is_symlink()
+
+    # a directory where the link should be is there, but not a link
+    current.unlink()
+    current.mkdir()
+    code, result, _out = probe(capsys, link=str(current))
+    assert (result["link"]["exists"], result["link"]["is_link"], result["link"]["target"]) == (True, False, None)
+
+
+def test_no_link_asked_no_link_returned(case, capsys):
+    case("h100-580")
+    code, result, _out = probe(capsys)
+    assert code == 0 and "link" not in result

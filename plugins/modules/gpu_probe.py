@@ -93,8 +93,9 @@ attributes:
     platforms: posix
     description: Linux nodes with or without an NVIDIA driver.
 notes:
-  - Each command runs under a watchdog in the module's own Python, which kills the command's
-    process group when its time is up.
+  - C(nvidia-smi) runs under coreutils' C(timeout) where the node has it, else under a watchdog
+    in the module's own Python; the compute check always under that watchdog. Either stops the
+    command's whole process group when its time is up.
   - Build names, and where each build of each vLLM version comes from, are described in
     the P(llmfleet.engines.engine_builds#filter) filter.
 seealso:
@@ -356,7 +357,8 @@ def main():
 
     nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
     try:
-        facts = _gpu.gather_facts(module.run_command, nvidia_smi, params["timeout"])
+        facts = _gpu.gather_facts(module.run_command, nvidia_smi, params["timeout"],
+                                  timeout_bin=_gpu.usable_timeout(module.get_bin_path("timeout")))
     except _gpu.GpuError as exc:
         module.fail_json(msg="reading the node's GPUs: %s" % exc)
     result = dict(changed=False, **facts)

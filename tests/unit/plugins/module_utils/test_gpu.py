@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 SMI_CASES = FIXTURES / "nvidia-smi"
 FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
+COREUTILS_TIMEOUT = shutil.which("timeout")
+assert COREUTILS_TIMEOUT, "these tests need coreutils' timeout (the node's usual one)"
+
+# Every bounded command runs under one of two stoppers: the Python watchdog (None) or coreutils'
+# timeout, which gather_facts uses where the node has it.
+STOPPERS = pytest.mark.parametrize("stopper", [None, COREUTILS_TIMEOUT], ids=["python-watchdog", "coreutils-timeout"])
 
 
 def run_command(argv, environ_update=None):
@@ -219,30 +226,58 @@ def test_not_responding_from_the_fake_nvidia_smi(monkeypatch):
     assert facts["driver_error"].startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
 
 
-def test_hanging_fake_nvidia_smi_is_cut_off(monkeypatch):
+@STOPPERS
+def test_hanging_fake_nvidia_smi_is_cut_off(monkeypatch, stopper):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / "hanging"))
     started = time.monotonic()
     with pytest.raises(_gpu.NvidiaSmiTimeout, match="did not answer within 1 s"):
-        _gpu.gather_facts(run_command, FAKE_SMI, timeout=1)
+        _gpu.gather_facts(run_command, FAKE_SMI, timeout=1, timeout_bin=stopper)
     assert time.monotonic() - started < 10
+
+
+def test_facts_under_coreutils_timeout(smi_path):
+    runner = Canned((0, A100_CSV, ""), (0, A100_XML, ""))
+    facts = _gpu.gather_facts(runner, smi_path, timeout=7, timeout_bin="/usr/bin/timeout")
+    for argv, _env in runner.calls:
+        assert argv[:4] == ["/usr/bin/timeout", "-k", str(_gpu.KILL_AFTER), "7"] and argv[4] == smi_path
+    assert facts["driver_version"] == "535.104.05" and facts["gpu_count"] == 1
+
+
+@pytest.mark.parametrize("rc", [124, 137])
+def test_a_quick_exit_124_or_137_under_coreutils_is_not_a_timeout(smi_path, rc):
+    # nvidia-smi's own exit status (or a kill by someone else) before its time was up
+    with pytest.raises(_gpu.NvidiaSmiError, match="exited %d" % rc):
+        _gpu.gather_facts(Canned((rc, "weird\n", "")), smi_path, timeout=5, timeout_bin="/usr/bin/timeout")
+
+
+def test_only_gnu_timeout_is_used(tmp_path):
+    assert _gpu.usable_timeout(COREUTILS_TIMEOUT) == COREUTILS_TIMEOUT
+    assert _gpu.usable_timeout(None) is None
+    busybox = tmp_path / "busybox"
+    busybox.write_text("")
+    (tmp_path / "timeout").symlink_to(busybox)
+    assert _gpu.usable_timeout(str(tmp_path / "timeout")) is None
 
 
 # --- the watchdog -------------------------------------------------------------------------
 
 
-def test_the_watchdog_passes_exit_status_and_output_through():
+@STOPPERS
+def test_the_watchdog_passes_exit_status_and_output_through(stopper):
     rc, out, err, timed_out, _s = _gpu.run_bounded(
-        run_command, [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"], 20)
+        run_command, [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"], 20, timeout_bin=stopper)
     assert (rc, out, err, timed_out) == (3, "out\n", "err", False)
 
 
-def test_the_watchdog_reports_a_signal_like_a_shell():
+@STOPPERS
+def test_the_watchdog_reports_a_signal_like_a_shell(stopper):
     rc, _out, _err, timed_out, _s = _gpu.run_bounded(
-        run_command, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 20)
+        run_command, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 20, timeout_bin=stopper)
     assert (rc, timed_out) == (137, False)
 
 
-def test_the_watchdog_kills_the_whole_process_group(tmp_path):
+@STOPPERS
+def test_the_watchdog_kills_the_whole_process_group(tmp_path, stopper):
     pidfile = tmp_path / "child.pid"
     code = (
         "import subprocess, sys, time\n"
@@ -251,7 +286,8 @@ def test_the_watchdog_kills_the_whole_process_group(tmp_path):
         "time.sleep(120)\n"
     )
     started = time.monotonic()
-    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, [sys.executable, "-c", code, str(pidfile)], 1)
+    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, [sys.executable, "-c", code, str(pidfile)], 1,
+                                                    timeout_bin=stopper)
     assert (rc, timed_out) == (124, True)
     assert "llmfleet-watchdog" not in err
     assert 1 <= seconds < 10 and time.monotonic() - started < 10
@@ -269,8 +305,9 @@ def test_the_watchdog_kills_the_whole_process_group(tmp_path):
         pytest.fail("the grandchild %d outlived the timeout" % pid)
 
 
-def test_a_missing_command_is_127():
-    rc, _out, err, timed_out, _s = _gpu.run_bounded(run_command, ["/nonexistent/nvidia-smi"], 5)
+@STOPPERS
+def test_a_missing_command_is_127(stopper):
+    rc, _out, err, timed_out, _s = _gpu.run_bounded(run_command, ["/nonexistent/nvidia-smi"], 5, timeout_bin=stopper)
     assert (rc, timed_out) == (127, False) and "/nonexistent/nvidia-smi" in err
 
 

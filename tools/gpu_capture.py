@@ -112,7 +112,7 @@ def log(fh, *parts):
 
 def timed(argv, runs):
     seconds = []
-    for _ in range(runs):
+    for _run in range(runs):
         started = time.monotonic()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         seconds.append(time.monotonic() - started)

@@ -34,8 +34,8 @@ def test_capture_against_the_fake_nvidia_smi(tmp_path):
                            "--python", sys.executable], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == ["capture.log", "gpu_probe.json", "nvidia-smi.txt", "q-x.xml",
-                                                      "query-gpu.csv", "timings.json"]
+    expected = ["capture.log", "gpu_probe.json", "nvidia-smi.txt", "q-x.xml", "query-gpu.csv", "timings.json"]
+    assert sorted(p.name for p in out.iterdir()) == expected
 
     # nvidia-smi's outputs, in the layout of a case directory
     assert (out / "query-gpu.csv").read_text() == (CASE / "query-gpu.csv").read_text()

@@ -286,8 +286,8 @@ def test_the_watchdog_kills_the_whole_process_group(tmp_path, stopper):
         "time.sleep(120)\n"
     )
     started = time.monotonic()
-    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, [sys.executable, "-c", code, str(pidfile)], 1,
-                                                    timeout_bin=stopper)
+    argv = [sys.executable, "-c", code, str(pidfile)]
+    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, argv, 1, timeout_bin=stopper)
     assert (rc, timed_out) == (124, True)
     assert "llmfleet-watchdog" not in err
     assert 1 <= seconds < 10 and time.monotonic() - started < 10

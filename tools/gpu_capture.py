@@ -11,7 +11,8 @@ It writes into DIR (at most six files):
 - ``timings.json``: nvidia-smi's wall time run directly, under gpu_probe's Python watchdog and
   under coreutils' ``timeout`` (the cost of the watchdog, for bench/);
 - ``gpu_probe.json``: the results of ``llmfleet.engines.gpu_probe`` run by ``ansible-playbook``
-  (json callback): facts and build choices, and the compute check on the real GPU in ``--python``
+  (``{task name: registered result}``, written by the play itself, so ansible-core alone will do):
+  facts and build choices, and the compute check on the real GPU in ``--python``
   (a torch environment) for these cases: torch only; engine vllm without vLLM; and, where nvcc is
   there, a stand-in ``vllm`` package whose ``rms_norm`` launches a real CUDA kernel built for this
   GPU (sm_90), for a GPU it is not (sm_100: no kernel image), loads PTX newer than the driver
@@ -195,33 +196,38 @@ def main():
         tasks.append({"name": "check %s" % case,
                       "llmfleet.engines.gpu_probe": {"python": args.python, "engine": engine, "env": env,
                                                      "python_timeout": 300, "version": "0.20.0"}})
-    for task in tasks:
+    results_file = os.path.abspath(os.path.join(args.out, "gpu_probe.json"))
+    names = {}
+    for number, task in enumerate(tasks):
         task["ignore_errors"] = True
+        task["register"] = "capture_%d" % number
+        names[task["name"]] = task["register"]
+    # the play writes its own results: no callback plugin needed beyond ansible-core
+    content = "{{ {%s} | to_nice_json }}" % ", ".join("%s: %s" % (json.dumps(name), var) for name, var in names.items())
+    tasks.append({"name": "write the results", "ansible.builtin.copy": {"dest": results_file, "content": content,
+                                                                        "mode": "0644"}})
     play = [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
     playbook = os.path.join(work, "capture.yml")
     with open(playbook, "w") as fh:
         json.dump(play, fh)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(work, "collections"),
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOCALHOST_WARNING="False",
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="False", LC_ALL="C.UTF-8")
+               ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False", LC_ALL="C.UTF-8")
     argv = [args.ansible_playbook, "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=%s" % sys.executable, playbook]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     log(logfh, "$", " ".join(argv), "->", proc.returncode, "in %.1f s" % (time.monotonic() - started))
-    log(logfh, proc.stderr.strip()[-3000:])
-    with open(os.path.join(args.out, "gpu_probe.json"), "w") as fh:
-        fh.write(proc.stdout)
+    log(logfh, (proc.stdout + proc.stderr).strip()[-6000:])
     try:
-        results = json.loads(proc.stdout)
-        for task in results["plays"][0]["tasks"]:
-            res = task["hosts"]["localhost"]
+        with open(results_file) as fh:
+            results = json.load(fh)
+        for name, res in results.items():
             check = res.get("compute") or {}
             log(logfh, "%-34s failed=%s build=%s ok=%s class=%s error=%s" % (
-                task["task"]["name"], res.get("failed", False), (res.get("choice") or {}).get("build"),
+                name, res.get("failed", False), (res.get("choice") or {}).get("build"),
                 check.get("ok"), check.get("classification"), (check.get("error") or res.get("msg") or "")[:160]))
-    except (ValueError, KeyError, IndexError) as exc:
-        log(logfh, "could not read the playbook's JSON:", exc, proc.stdout[-2000:])
+    except (OSError, ValueError, AttributeError) as exc:
+        log(logfh, "could not read the play's results:", exc)
     shutil.rmtree(work, ignore_errors=True)
     return proc.returncode
 

@@ -47,8 +47,7 @@ def test_capture_against_the_fake_nvidia_smi(tmp_path):
         assert set(label) == {"direct", "python_watchdog", "coreutils_timeout"}
         assert all(side["runs"] == 2 and 0 < side["min_s"] <= side["median_s"] <= side["max_s"] for side in label.values())
 
-    results = {t["task"]["name"]: t["hosts"]["localhost"]
-               for t in json.loads((out / "gpu_probe.json").read_text())["plays"][0]["tasks"]}
+    results = json.loads((out / "gpu_probe.json").read_text())
     assert {name: r["choice"]["build"] for name, r in results.items() if name.startswith("choice")} == {
         "choice 0.20.0 auto": "cu13", "choice 0.11.0 auto": "cu129", "choice 0.20.0 cu129": "cu129",
         "choice 0.15.1 cu13": "cu13"}

@@ -176,7 +176,7 @@ def main():
         timings[label] = {
             "direct": timed(argv, args.runs),
             "python_watchdog": timed(_gpu.bounded(argv, 30), args.runs),
-            "coreutils_timeout": timed(["timeout", "-k", "1", "30"] + argv, args.runs),
+            "coreutils_timeout": timed(_gpu.bounded(argv, 30, shutil.which("timeout")), args.runs),
         }
         log(logfh, label, json.dumps(timings[label]))
     with open(os.path.join(args.out, "timings.json"), "w") as fh:

@@ -287,12 +287,10 @@ uv_output:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import (
-    EngineEnv,
-    ModuleRunner,
-    UvEnvError,
-    scrub_environ,
-)
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import ModuleRunner
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv
 
 
 def argument_spec():

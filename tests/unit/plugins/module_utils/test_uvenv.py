@@ -12,6 +12,12 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
+from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
+from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
+from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
 from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
 from tests.unit.plugins.module_utils.uvenv_fakes import (
     INDEX,
@@ -38,7 +44,7 @@ CUTOFF = "2025-10-03T20:10:00Z"
     ("  x: needs y.  \n   because z.\n", "x: needs y. / because z"),
 ])
 def test_tail_keeps_the_last_six_lines(text, expected):
-    assert _uvenv.tail(text) == expected
+    assert _proc.tail(text) == expected
 
 
 @pytest.mark.parametrize("output, expected", [
@@ -49,7 +55,7 @@ def test_tail_keeps_the_last_six_lines(text, expected):
     ("", None),
 ])
 def test_parse_uv_version(output, expected):
-    assert _uvenv.parse_uv_version(output) == expected
+    assert _uvcmd.parse_uv_version(output) == expected
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -58,74 +64,74 @@ def test_parse_uv_version(output, expected):
     (" SHA256:" + "C" * 64 + " ", "c" * 64),
 ])
 def test_normalize_sha256(value, expected):
-    assert _uvenv.normalize_sha256(value) == expected
+    assert _uvcmd.normalize_sha256(value) == expected
 
 
 @pytest.mark.parametrize("value", ["", "a" * 63, "md5:" + "a" * 64, "g" * 64, None])
 def test_normalize_sha256_refuses(value):
-    with pytest.raises(_uvenv.OptionError, match="64 hex digits"):
-        _uvenv.normalize_sha256(value)
+    with pytest.raises(_errors.OptionError, match="64 hex digits"):
+        _uvcmd.normalize_sha256(value)
 
 
 def test_exclude_newer_package_args():
-    assert _uvenv.exclude_newer_package_args({"torch": False, "a-b": "2025-01-01T00:00:00Z", "c": "false"}) == [
+    assert _uvcmd.exclude_newer_package_args({"torch": False, "a-b": "2025-01-01T00:00:00Z", "c": "false"}) == [
         "--exclude-newer-package", "a-b=2025-01-01T00:00:00Z",
         "--exclude-newer-package", "c=false",
         "--exclude-newer-package", "torch=false",
     ]
-    assert _uvenv.exclude_newer_package_args(None) == []
-    with pytest.raises(_uvenv.OptionError, match=r"exclude_newer_package\[torch\]"):
-        _uvenv.exclude_newer_package_args({"torch": True})
+    assert _uvcmd.exclude_newer_package_args(None) == []
+    with pytest.raises(_errors.OptionError, match=r"exclude_newer_package\[torch\]"):
+        _uvcmd.exclude_newer_package_args({"torch": True})
 
 
 def test_index_args():
-    assert _uvenv.index_args() == []
-    assert _uvenv.index_args(INDEX, [TORCH_INDEX, "http://x"], "unsafe-best-match") == [
+    assert _uvcmd.index_args() == []
+    assert _uvcmd.index_args(INDEX, [TORCH_INDEX, "http://x"], "unsafe-best-match") == [
         "--index-url", INDEX, "--extra-index-url", TORCH_INDEX, "--extra-index-url", "http://x",
         "--index-strategy", "unsafe-best-match"]
 
 
 def test_requirement_lines():
-    assert _uvenv.requirement_lines("vllm", "0.11.0", [" flashinfer==1 ", ""]) == ["vllm==0.11.0", "flashinfer==1"]
+    assert _uvcmd.requirement_lines("vllm", "0.11.0", [" flashinfer==1 ", ""]) == ["vllm==0.11.0", "flashinfer==1"]
     wheel = {"url": WHEEL_URL + "#sha256=" + "0" * 64, "sha256": "sha256:" + WHEEL_SHA.upper()}
-    assert _uvenv.requirement_lines("vllm", "0.20.0", None, wheel) == [
+    assert _uvcmd.requirement_lines("vllm", "0.20.0", None, wheel) == [
         "vllm @ %s#sha256=%s" % (WHEEL_URL, WHEEL_SHA)]
 
 
 def test_argv_of_each_uv_command():
-    idx = _uvenv.index_args(INDEX, [TORCH_INDEX], "unsafe-best-match")
-    assert _uvenv.venv_argv("/uv", "3.12", "/e.partial") == [
+    idx = _uvcmd.index_args(INDEX, [TORCH_INDEX], "unsafe-best-match")
+    assert _uvcmd.venv_argv("/uv", "3.12", "/e.partial") == [
         "/uv", "venv", "--relocatable", "--no-project", "--python", "3.12", "/e.partial"]
-    assert _uvenv.compile_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", CUTOFF, {"torch": False}, idx,
+    assert _uvcmd.compile_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", CUTOFF, {"torch": False}, idx,
                                "hdr") == [
         "/uv", "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--exclude-newer", CUTOFF,
         "--exclude-newer-package", "torch=false",
         "--index-url", INDEX, "--extra-index-url", TORCH_INDEX, "--index-strategy", "unsafe-best-match",
         "--custom-compile-command", "hdr",
         "--python", "/e.partial/bin/python", "--output-file", "/e.partial/lock", "-"]
-    assert _uvenv.install_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", idx) == [
+    assert _uvcmd.install_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", idx) == [
         "/uv", "pip", "install", "--python", "/e.partial/bin/python", "--require-hashes", "--no-deps",
         "-r", "/e.partial/lock", "--index-url", INDEX, "--extra-index-url", TORCH_INDEX,
         "--index-strategy", "unsafe-best-match"]
 
 
 def test_uv_environ_and_scrub():
-    env = _uvenv.uv_environ("/c", "/p", "only-system")
+    env = _uvcmd.uv_environ("/c", "/p", "only-system")
     assert env["UV_CACHE_DIR"] == "/c" and env["UV_PYTHON_INSTALL_DIR"] == "/p"
     assert env["UV_NO_CONFIG"] == "1" and env["UV_PYTHON_PREFERENCE"] == "only-system"
     assert "UV_PYTHON_INSTALL_MIRROR" not in env
-    assert _uvenv.uv_environ("/c", "/p", "only-managed", "file:///m")["UV_PYTHON_INSTALL_MIRROR"] == "file:///m"
+    assert _uvcmd.uv_environ("/c", "/p", "only-managed", "file:///m")["UV_PYTHON_INSTALL_MIRROR"] == "file:///m"
     environ = {"UV_INDEX_URL": "http://evil", "UV_NO_VERIFY_HASHES": "1", "UV_HTTP_TIMEOUT": "60", "PATH": "/bin"}
-    assert sorted(_uvenv.scrub_environ(environ)) == ["UV_INDEX_URL", "UV_NO_VERIFY_HASHES"]
+    assert sorted(_uvcmd.scrub_environ(environ)) == ["UV_INDEX_URL", "UV_NO_VERIFY_HASHES"]
     assert environ == {"UV_HTTP_TIMEOUT": "60", "PATH": "/bin"}
 
 
 def test_resolve_command(tmp_path):
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "vllm").write_text("")
-    assert _uvenv.resolve_command(["vllm", "--version"], str(tmp_path)) == [str(tmp_path / "bin" / "vllm"), "--version"]
-    assert _uvenv.resolve_command(["true"], str(tmp_path)) == ["true"]
-    assert _uvenv.resolve_command(["/bin/echo", "x"], str(tmp_path)) == ["/bin/echo", "x"]
+    assert _uvcmd.resolve_command(["vllm", "--version"], str(tmp_path)) == [str(tmp_path / "bin" / "vllm"), "--version"]
+    assert _uvcmd.resolve_command(["true"], str(tmp_path)) == ["true"]
+    assert _uvcmd.resolve_command(["/bin/echo", "x"], str(tmp_path)) == ["/bin/echo", "x"]
 
 
 @pytest.mark.parametrize("url, expected", [
@@ -136,7 +142,7 @@ def test_resolve_command(tmp_path):
     ("http://h/not-a-wheel.txt", None),
 ])
 def test_version_from_url(url, expected):
-    assert _uvenv.version_from_url(url) == expected
+    assert _uvlock.version_from_url(url) == expected
 
 
 @pytest.mark.parametrize("got, wanted, ok", [
@@ -149,12 +155,12 @@ def test_version_from_url(url, expected):
     (None, "0.20.0", False),
 ])
 def test_versions_match(got, wanted, ok):
-    assert _uvenv.versions_match(got, wanted) is ok
+    assert _uvlock.versions_match(got, wanted) is ok
 
 
 def test_parse_lock_reads_versions_sources_via_and_hashes():
-    packages = _uvenv.parse_lock(LOCK_0200_CU129 + "markered==1.0 ; sys_platform == 'linux' \\\n    --hash=sha256:77\n")
-    assert _uvenv.lock_versions(packages) == {
+    packages = _uvlock.parse_lock(LOCK_0200_CU129 + "markered==1.0 ; sys_platform == 'linux' \\\n    --hash=sha256:77\n")
+    assert _uvlock.lock_versions(packages) == {
         "llmfleet-fakedep": "1.1.0", "markered": "1.0", "torch": "2.11.0+cu129", "vllm": "0.20.0+cu129"}
     torch = packages["torch"]
     assert torch["index"] == TORCH_INDEX
@@ -163,8 +169,8 @@ def test_parse_lock_reads_versions_sources_via_and_hashes():
     vllm = packages["vllm"]
     assert vllm["url"] == "%s#sha256=%s" % (WHEEL_URL, WHEEL_SHA)
     assert vllm["hashes"] == ["sha256:" + WHEEL_SHA] and vllm["via"] == []
-    assert _uvenv.parse_lock(LOCK_0110)["vllm"]["hashes"] == ["sha256:" + "4" * 64, "sha256:" + "5" * 64]
-    assert _uvenv.parse_lock("Some_Pkg[extra]==2\n")["some-pkg"]["name"] == "Some_Pkg"
+    assert _uvlock.parse_lock(LOCK_0110)["vllm"]["hashes"] == ["sha256:" + "4" * 64, "sha256:" + "5" * 64]
+    assert _uvlock.parse_lock("Some_Pkg[extra]==2\n")["some-pkg"]["name"] == "Some_Pkg"
 
 
 EXPECT_CASES = [
@@ -182,7 +188,7 @@ EXPECT_CASES = [
 
 @pytest.mark.parametrize("lock, expect, problems", [c[:3] for c in EXPECT_CASES], ids=[c[3] for c in EXPECT_CASES])
 def test_check_expect(lock, expect, problems):
-    found = _uvenv.check_expect(_uvenv.parse_lock(lock), expect)
+    found = _uvlock.check_expect(_uvlock.parse_lock(lock), expect)
     assert len(found) == len(problems), found
     for text, pattern in zip(found, problems):
         assert __import__("re").search(pattern, text), text
@@ -190,15 +196,15 @@ def test_check_expect(lock, expect, problems):
 
 def test_check_engine():
     wheel = {"url": WHEEL_URL, "sha256": WHEEL_SHA}
-    assert _uvenv.check_engine(_uvenv.parse_lock(LOCK_0110), "vllm", "0.11.0") == []
-    assert _uvenv.check_engine(_uvenv.parse_lock(LOCK_0200_CU129), "vllm", "0.20.0", wheel) == []
-    assert _uvenv.check_engine(_uvenv.parse_lock(LOCK_0110), "vllm", "0.11.1") == [
+    assert _uvlock.check_engine(_uvlock.parse_lock(LOCK_0110), "vllm", "0.11.0") == []
+    assert _uvlock.check_engine(_uvlock.parse_lock(LOCK_0200_CU129), "vllm", "0.20.0", wheel) == []
+    assert _uvlock.check_engine(_uvlock.parse_lock(LOCK_0110), "vllm", "0.11.1") == [
         "resolved vllm 0.11.0 from http://idx.test/simple, not 0.11.1"]
-    assert "not the wheel" in _uvenv.check_engine(_uvenv.parse_lock(LOCK_0110), "vllm", "0.11.0", wheel)[0]
+    assert "not the wheel" in _uvlock.check_engine(_uvlock.parse_lock(LOCK_0110), "vllm", "0.11.0", wheel)[0]
     other = dict(wheel, sha256="9" * 64)
-    (problem,) = _uvenv.check_engine(_uvenv.parse_lock(LOCK_0200_CU129), "vllm", "0.20.0", other)
+    (problem,) = _uvlock.check_engine(_uvlock.parse_lock(LOCK_0200_CU129), "vllm", "0.20.0", other)
     assert "published sha256 is " + "9" * 64 in problem
-    assert _uvenv.check_engine({}, "vllm", "1") == ["vllm is not in the lock"]
+    assert _uvlock.check_engine({}, "vllm", "1") == ["vllm is not in the lock"]
 
 
 PARAMS = {
@@ -235,15 +241,15 @@ SPEC_CHANGES = [
 
 @pytest.mark.parametrize("option, value, rebuilds", SPEC_CHANGES, ids=[c[0] for c in SPEC_CHANGES])
 def test_which_options_are_the_spec(option, value, rebuilds):
-    before = _uvenv.wanted_spec(PARAMS, "0.13.8")
-    after = _uvenv.wanted_spec(dict(PARAMS, **{option: value}), "0.13.8")
+    before = _envdir.wanted_spec(PARAMS, "0.13.8")
+    after = _envdir.wanted_spec(dict(PARAMS, **{option: value}), "0.13.8")
     assert (before != after) is rebuilds
     if rebuilds:
-        assert _uvenv.spec_differences(before, after)[0].startswith(option + ": ")
+        assert _envdir.spec_differences(before, after)[0].startswith(option + ": ")
 
 
 def test_a_new_uv_is_a_new_spec():
-    assert _uvenv.spec_differences(_uvenv.wanted_spec(PARAMS, "0.13.8"), _uvenv.wanted_spec(PARAMS, "0.13.9")) == [
+    assert _envdir.spec_differences(_envdir.wanted_spec(PARAMS, "0.13.8"), _envdir.wanted_spec(PARAMS, "0.13.9")) == [
         "uv: 0.13.8 -> 0.13.9"]
 
 
@@ -255,18 +261,18 @@ def make_env(path, lock=LOCK_0110, spec=None, python=True, marker_text=None):
     os.makedirs(os.path.join(path, "bin"))
     if python:
         os.symlink(sys.executable, os.path.join(path, "bin", "python"))
-    with open(os.path.join(path, _uvenv.LOCK_FILE_NAME), "w") as handle:
+    with open(os.path.join(path, _envdir.LOCK_FILE_NAME), "w") as handle:
         handle.write(lock)
     marker = {"format": 1, "spec": spec or {"engine": "vllm"},
-              "lock": {"file": _uvenv.LOCK_FILE_NAME, "sha256": _uvenv.file_sha256(os.path.join(path, _uvenv.LOCK_FILE_NAME))}}
-    with open(os.path.join(path, _uvenv.MARKER_NAME), "w") as handle:
+              "lock": {"file": _envdir.LOCK_FILE_NAME, "sha256": _envdir.file_sha256(os.path.join(path, _envdir.LOCK_FILE_NAME))}}
+    with open(os.path.join(path, _envdir.MARKER_NAME), "w") as handle:
         handle.write(marker_text if marker_text is not None else json.dumps(marker))
     return marker
 
 
 def test_inspect_env_intact(tmp_path):
     marker = make_env(str(tmp_path / "e"))
-    state = _uvenv.inspect_env(str(tmp_path / "e"))
+    state = _envdir.inspect_env(str(tmp_path / "e"))
     assert state["intact"] and state["marker"] == marker and state["reason"] is None
 
 
@@ -287,22 +293,22 @@ def test_inspect_env_finds_damage(tmp_path, damage, reason):
     if damage == "dangling-python":
         os.symlink("/nonexistent/python3", os.path.join(path, "bin", "python"))
     if damage == "no-lock":
-        os.unlink(os.path.join(path, _uvenv.LOCK_FILE_NAME))
+        os.unlink(os.path.join(path, _envdir.LOCK_FILE_NAME))
     if damage == "lock-edited":
-        with open(os.path.join(path, _uvenv.LOCK_FILE_NAME), "a") as handle:
+        with open(os.path.join(path, _envdir.LOCK_FILE_NAME), "a") as handle:
             handle.write("evil==1\n")
-    state = _uvenv.inspect_env(path)
+    state = _envdir.inspect_env(path)
     assert not state["intact"]
     assert __import__("re").search(reason, state["reason"]), state["reason"]
 
 
 def test_rebuild_reasons(tmp_path):
-    spec = _uvenv.wanted_spec(PARAMS, "0.13.8")
+    spec = _envdir.wanted_spec(PARAMS, "0.13.8")
     make_env(str(tmp_path / "e"), spec=spec)
-    state = _uvenv.inspect_env(str(tmp_path / "e"))
-    assert _uvenv.rebuild_reasons(state, spec) == []
-    assert _uvenv.rebuild_reasons(state, spec, force=True) == ["force is set"]
-    assert _uvenv.rebuild_reasons(state, dict(spec, version="0.11.1")) == [
+    state = _envdir.inspect_env(str(tmp_path / "e"))
+    assert _envdir.rebuild_reasons(state, spec) == []
+    assert _envdir.rebuild_reasons(state, spec, force=True) == ["force is set"]
+    assert _envdir.rebuild_reasons(state, dict(spec, version="0.11.1")) == [
         "the spec changed: version: 0.11.0 -> 0.11.1"]
 
 
@@ -312,7 +318,7 @@ def test_switch_into_place_replaces_the_old_environment(tmp_path):
     (tmp_path / "e" / "old").write_text("")
     os.makedirs(partial)
     (tmp_path / "e.partial" / "new").write_text("")
-    _uvenv.switch_into_place(partial, path)
+    _envdir.switch_into_place(partial, path)
     assert os.listdir(path) == ["new"]
     assert sorted(os.listdir(str(tmp_path))) == ["e"]
 
@@ -330,8 +336,8 @@ def test_switch_into_place_puts_the_old_environment_back_when_the_rename_fails(t
             raise OSError(18, "Invalid cross-device link")
         os.rename(src, dst)
 
-    with pytest.raises(_uvenv.SwitchFailed, match="previous environment is back in place"):
-        _uvenv.switch_into_place(partial, path, rename=rename)
+    with pytest.raises(_errors.SwitchFailed, match="previous environment is back in place"):
+        _envdir.switch_into_place(partial, path, rename=rename)
     assert os.listdir(path) == ["old"]
     assert renames == [(path, path + ".old"), (partial, path), (path + ".old", path)]
 
@@ -340,11 +346,11 @@ def test_debris_of_a_killed_run(tmp_path):
     path = str(tmp_path / "e")
     os.makedirs(path + ".old")
     os.makedirs(path + ".partial")
-    assert _uvenv.pending_debris(path) == [("restore", path + ".old"), ("remove", path + ".partial")]
-    _uvenv.clear_debris(path, _uvenv.pending_debris(path))
+    assert _envdir.pending_debris(path) == [("restore", path + ".old"), ("remove", path + ".partial")]
+    _envdir.clear_debris(path, _envdir.pending_debris(path))
     assert sorted(os.listdir(str(tmp_path))) == ["e"]
     os.makedirs(path + ".old")
-    assert _uvenv.pending_debris(path) == [("remove", path + ".old")]
+    assert _envdir.pending_debris(path) == [("remove", path + ".old")]
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,10 +373,10 @@ def test_lock_waits_at_most_lock_timeout_and_names_the_holder(tmp_path):
     holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     clock = FakeClock()
-    lock = _uvenv.PathLock(lock_path, 30, describe_holder=lambda: " (pid 7, step install)",
+    lock = _pathlock.PathLock(lock_path, 30, describe_holder=lambda: " (pid 7, step install)",
                            sleep=clock.sleep, clock=clock)
     try:
-        with pytest.raises(_uvenv.LockBusy) as exc:
+        with pytest.raises(_errors.LockBusy) as exc:
             lock.acquire()
     finally:
         os.close(holder)
@@ -385,9 +391,9 @@ def test_lock_follows_a_replaced_lock_file(tmp_path):
     """A holder that removes the environment unlinks the lock file: the waiter must not keep
     a lock on the unlinked file."""
     lock_path = str(tmp_path / "e.lock")
-    holder = _uvenv.PathLock(lock_path, 5)
+    holder = _pathlock.PathLock(lock_path, 5)
     holder.acquire()
-    waiter = _uvenv.PathLock(lock_path, 5)
+    waiter = _pathlock.PathLock(lock_path, 5)
     opened = []
 
     def sleep(_seconds):
@@ -402,7 +408,7 @@ def test_lock_follows_a_replaced_lock_file(tmp_path):
 
 
 def test_lock_in_check_mode_does_not_create_the_file(tmp_path):
-    lock = _uvenv.PathLock(str(tmp_path / "e.lock"), 5, shared=True, create=False)
+    lock = _pathlock.PathLock(str(tmp_path / "e.lock"), 5, shared=True, create=False)
     assert lock.acquire() is False
     lock.release()
     assert os.listdir(str(tmp_path)) == []
@@ -411,7 +417,7 @@ def test_lock_in_check_mode_does_not_create_the_file(tmp_path):
 def test_module_runner_stops_a_command_at_its_time_limit():
     with patch_module_args({}):
         module = AnsibleModule(argument_spec={})
-    run = _uvenv.ModuleRunner(module)
+    run = _proc.ModuleRunner(module)
     result = run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"], timeout=0.5)
     assert result.timed_out and result.rc != 0
     fast = run([sys.executable, "-c", "print('hi')"], timeout=30)
@@ -450,10 +456,10 @@ def test_build_runs_every_step_and_writes_the_marker(tmp_path, uv_bin):
     assert [s["name"] for s in result["steps"]] == [
         "check", "prepare", "venv", "resolve", "install", "verify", "gpu", "marker", "switch"]
     assert result["lock"]["packages"] == {"llmfleet-fakedep": "1.1.0", "torch": "2.8.0", "vllm": "0.11.0"}
-    marker = json.loads((tmp_path / "engines" / "vllm" / "0.11.0" / _uvenv.MARKER_NAME).read_text())
+    marker = json.loads((tmp_path / "engines" / "vllm" / "0.11.0" / _envdir.MARKER_NAME).read_text())
     assert marker == result["marker"]
-    assert marker["spec"] == _uvenv.wanted_spec(env.p, "0.13.8")
-    assert marker["lock"]["sha256"] == _uvenv.file_sha256(str(tmp_path / "engines/vllm/0.11.0" / _uvenv.LOCK_FILE_NAME))
+    assert marker["spec"] == _envdir.wanted_spec(env.p, "0.13.8")
+    assert marker["lock"]["sha256"] == _envdir.file_sha256(str(tmp_path / "engines/vllm/0.11.0" / _envdir.LOCK_FILE_NAME))
     assert marker["verified"] == {"import": "vllm", "version": "0.11.0"}
     # the progress file said what ran, and is gone at the end; the cache lock was beside the cache
     assert seen["progress"]["step"] == "install" and seen["progress"]["done"][-1] == "resolve"
@@ -480,7 +486,7 @@ def test_an_up_to_date_environment_runs_only_uv_version(tmp_path, uv_bin):
 
 def test_an_up_to_date_environment_still_has_to_meet_expect(tmp_path, uv_bin):
     flow(tmp_path, uv_bin, FakeUv()).present()
-    with pytest.raises(_uvenv.LockMismatch, match=r"up to date with the spec, but its lock does not meet expect.*"
+    with pytest.raises(_errors.LockMismatch, match=r"up to date with the spec, but its lock does not meet expect.*"
                                                   r"torch 2\.8\.0 from http://idx\.test/simple"):
         flow(tmp_path, uv_bin, FakeUv(), expect={"torch": "+cu129"}).present()
 
@@ -498,24 +504,24 @@ def test_check_mode_writes_nothing_and_shows_the_marker_to_be(tmp_path, uv_bin):
 def test_check_mode_on_a_changed_spec(tmp_path, uv_bin):
     flow(tmp_path, uv_bin, FakeUv()).present()
     before = sorted(os.listdir(str(tmp_path / "engines" / "vllm" / "0.11.0")))
-    mtime = os.stat(str(tmp_path / "engines" / "vllm" / "0.11.0" / _uvenv.MARKER_NAME)).st_mtime_ns
+    mtime = os.stat(str(tmp_path / "engines" / "vllm" / "0.11.0" / _envdir.MARKER_NAME)).st_mtime_ns
     result = flow(tmp_path, uv_bin, FakeUv(), check_mode=True, requirements=["x==1"]).present(diff=True)
     assert result["changed"] is True
     assert result["reasons"] == ['the spec changed: requirements: [] -> ["x==1"]']
     assert json.loads(result["diff"]["before"])["spec"]["requirements"] == []
     assert json.loads(result["diff"]["after"])["spec"]["requirements"] == ["x==1"]
     assert sorted(os.listdir(str(tmp_path / "engines" / "vllm" / "0.11.0"))) == before
-    assert os.stat(str(tmp_path / "engines" / "vllm" / "0.11.0" / _uvenv.MARKER_NAME)).st_mtime_ns == mtime
+    assert os.stat(str(tmp_path / "engines" / "vllm" / "0.11.0" / _envdir.MARKER_NAME)).st_mtime_ns == mtime
 
 
 UV_FAILURES = [
     # (kind, error class, step, message pieces)
-    ("venv", _uvenv.VenvFailed, "venv", ["creating a Python 3.12 environment", "No interpreter found"]),
-    ("compile", _uvenv.ResolveFailed, "resolve", ["resolving vllm==0.11.0 as of " + CUTOFF,
+    ("venv", _errors.VenvFailed, "venv", ["creating a Python 3.12 environment", "No interpreter found"]),
+    ("compile", _errors.ResolveFailed, "resolve", ["resolving vllm==0.11.0 as of " + CUTOFF,
                                                   "line 3 / line 4 / line 5 / line 6 / line 7 / line 8"]),
-    ("install", _uvenv.InstallFailed, "install", ["installing the lock of vllm 0.11.0 (cu128) (3 packages)",
+    ("install", _errors.InstallFailed, "install", ["installing the lock of vllm 0.11.0 (cu128) (3 packages)",
                                                   "Hash mismatch"]),
-    ("verify", _uvenv.VerifyFailed, "verify", ["'import vllm' fails there", "ImportError: boom"]),
+    ("verify", _errors.VerifyFailed, "verify", ["'import vllm' fails there", "ImportError: boom"]),
 ]
 OUTPUTS = {
     "venv": (2, "", "error: No interpreter found for Python 3.12 in managed installations\n"),
@@ -529,7 +535,7 @@ OUTPUTS = {
 def test_a_failed_step_leaves_the_old_environment_and_no_partial(tmp_path, uv_bin, kind, error, step, pieces):
     flow(tmp_path, uv_bin, FakeUv()).present()
     root = tmp_path / "engines" / "vllm"
-    marker = (root / "0.11.0" / _uvenv.MARKER_NAME).read_text()
+    marker = (root / "0.11.0" / _envdir.MARKER_NAME).read_text()
     fake = FakeUv(fail={kind: OUTPUTS[kind]})
     with pytest.raises(error) as exc:
         flow(tmp_path, uv_bin, fake, force=True, keep_cache=False).present()
@@ -537,7 +543,7 @@ def test_a_failed_step_leaves_the_old_environment_and_no_partial(tmp_path, uv_bi
         assert piece in exc.value.msg
     assert "line 2" not in exc.value.msg
     assert exc.value.details["failed_step"] == step
-    assert (root / "0.11.0" / _uvenv.MARKER_NAME).read_text() == marker
+    assert (root / "0.11.0" / _envdir.MARKER_NAME).read_text() == marker
     assert sorted(os.listdir(str(root))) == [".uv-cache.lock", "0.11.0", "0.11.0.lock"]
 
 
@@ -545,7 +551,7 @@ def test_expect_refuses_the_lock_before_installing(tmp_path, uv_bin):
     fake = FakeUv(lock=LOCK_0200_FALLBACK, version="0.20.0+cu129")
     env = flow(tmp_path, uv_bin, fake, version="0.20.0", wheel={"url": WHEEL_URL, "sha256": WHEEL_SHA},
                expect={"torch": "+cu129"})
-    with pytest.raises(_uvenv.LockMismatch) as exc:
+    with pytest.raises(_errors.LockMismatch) as exc:
         env.present()
     assert "install" not in fake.kinds()
     assert "resolved torch 2.11.0 from http://idx.test/simple (via vllm, llmfleet-extra)" in exc.value.msg
@@ -567,7 +573,7 @@ def test_github_wheel_build(tmp_path, uv_bin):
 
 
 def test_verify_rejects_the_wrong_version_and_a_shadowing_import(tmp_path, uv_bin):
-    with pytest.raises(_uvenv.VerifyFailed, match=r"__version__ in the new environment is '0\.10\.0', not 0\.11\.0"):
+    with pytest.raises(_errors.VerifyFailed, match=r"__version__ in the new environment is '0\.10\.0', not 0\.11\.0"):
         flow(tmp_path, uv_bin, FakeUv(version="0.10.0")).present()
 
     class Shadowed(FakeUv):
@@ -577,7 +583,7 @@ def test_verify_rejects_the_wrong_version_and_a_shadowing_import(tmp_path, uv_bi
                 result.out = json.dumps({"version": "0.11.0", "file": "/usr/lib/python3/dist-packages/vllm/__init__.py"})
             return result
 
-    with pytest.raises(_uvenv.VerifyFailed, match="outside it"):
+    with pytest.raises(_errors.VerifyFailed, match="outside it"):
         flow(tmp_path, uv_bin, Shadowed()).present()
 
 
@@ -600,9 +606,9 @@ def test_verify_command_runs_in_the_new_environment(tmp_path, uv_bin):
 def test_gpu_check_failure_is_not_switched_in(tmp_path, uv_bin):
     def gpu(run, python_bin, env, nvidia_smi, timeout, engine):
         assert python_bin.endswith("0.11.0.partial/bin/python") and engine == "vllm"
-        raise _uvenv.GpuCheckFailed("no kernel image", classification="no_kernel_image")
+        raise _errors.GpuCheckFailed("no kernel image", classification="no_kernel_image")
 
-    with pytest.raises(_uvenv.GpuCheckFailed) as exc:
+    with pytest.raises(_errors.GpuCheckFailed) as exc:
         flow(tmp_path, uv_bin, FakeUv(), gpu=gpu).present()
     assert exc.value.msg.startswith("vllm 0.11.0 (cu128) is installed in ")
     assert "is not switched in: no kernel image" in exc.value.msg
@@ -620,7 +626,7 @@ def test_gpu_check_off_is_recorded(tmp_path, uv_bin):
 
 
 def test_timeout_stops_the_build(tmp_path, uv_bin):
-    with pytest.raises(_uvenv.InstallTimeout, match=r"did not finish within timeout \(300 s\); stopped during step install"):
+    with pytest.raises(_errors.InstallTimeout, match=r"did not finish within timeout \(300 s\); stopped during step install"):
         flow(tmp_path, uv_bin, FakeUv(timeout_in="install")).present()
     assert not (tmp_path / "engines" / "vllm" / "0.11.0.partial").exists()
 
@@ -628,7 +634,7 @@ def test_timeout_stops_the_build(tmp_path, uv_bin):
 def test_not_enough_space(tmp_path, uv_bin, monkeypatch):
     monkeypatch.setattr(_uvenv, "available_gb", lambda directory: 12.34)
     fake = FakeUv()
-    with pytest.raises(_uvenv.NotEnoughSpace) as exc:
+    with pytest.raises(_errors.NotEnoughSpace) as exc:
         flow(tmp_path, uv_bin, fake, free_gb=20.0).present()
     assert exc.value.msg == ("installing vllm 0.11.0 (cu128) needs about 20 GB free under %s and there are 12.3 GB "
                              "available; free space there, or lower free_gb" % (tmp_path / "engines" / "vllm"))
@@ -650,7 +656,7 @@ def test_cache_in_use_by_another_install_is_kept(tmp_path, uv_bin):
 
     def other_install_starts(_argv):
         cache.mkdir(exist_ok=True)
-        other["lock"] = _uvenv.PathLock(str(cache) + ".lock", 5, shared=True)
+        other["lock"] = _pathlock.PathLock(str(cache) + ".lock", 5, shared=True)
         other["lock"].acquire()
 
     flow(tmp_path, uv_bin, FakeUv(on={"install": other_install_starts})).present()
@@ -691,7 +697,7 @@ def test_a_directory_that_is_not_an_environment_is_never_replaced(tmp_path, uv_b
     path.mkdir(parents=True)
     (path / "precious.txt").write_text("data")
     env = flow(tmp_path, uv_bin, FakeUv(), force=True)
-    with pytest.raises(_uvenv.NotAnEnvironment, match="is not a Python environment .* refusing to (replace|remove)"):
+    with pytest.raises(_errors.NotAnEnvironment, match="is not a Python environment .* refusing to (replace|remove)"):
         env.present() if state == "present" else env.absent()
     assert (path / "precious.txt").read_text() == "data"
 

@@ -11,7 +11,8 @@ import json
 import os
 import sys
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
+from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
 
 INDEX = "http://idx.test/simple"
 TORCH_INDEX = "http://idx.test/torch/cu129"
@@ -66,7 +67,7 @@ def kind_of(argv):
         return "compile"
     if argv[1:3] == ["pip", "install"]:
         return "install"
-    if _uvenv.VERIFY_SNIPPET in argv:
+    if _uvcmd.VERIFY_SNIPPET in argv:
         return "verify"
     return os.path.basename(argv[0])
 
@@ -97,28 +98,28 @@ class FakeUv:
         if kind in self.on:
             self.on[kind](argv)
         if kind == self.timeout_in:
-            return _uvenv.CommandResult(-15, "", "", timed_out=True)
+            return _proc.CommandResult(-15, "", "", timed_out=True)
         if kind in self.fail:
-            return _uvenv.CommandResult(*self.fail[kind])
+            return _proc.CommandResult(*self.fail[kind])
         if kind == "version":
-            return _uvenv.CommandResult(0, self.uv_version + "\n", "")
+            return _proc.CommandResult(0, self.uv_version + "\n", "")
         if kind == "venv":
             target = argv[-1]
             os.makedirs(os.path.join(target, "bin"))
             os.symlink(sys.executable, os.path.join(target, "bin", "python"))
-            return _uvenv.CommandResult(0, "", "Creating virtual environment at: %s\n" % target)
+            return _proc.CommandResult(0, "", "Creating virtual environment at: %s\n" % target)
         if kind == "compile":
             assert data, "the requirements come on stdin"
             with open(argv[argv.index("--output-file") + 1], "w") as handle:
                 handle.write(self.lock)
-            return _uvenv.CommandResult(0, "", "Resolved 3 packages in 12ms\n")
+            return _proc.CommandResult(0, "", "Resolved 3 packages in 12ms\n")
         if kind == "install":
-            return _uvenv.CommandResult(0, "", "Installed 3 packages in 5ms\n")
+            return _proc.CommandResult(0, "", "Installed 3 packages in 5ms\n")
         if kind == "verify":
             env_dir = os.path.dirname(os.path.dirname(argv[0]))
             where = os.path.join(env_dir, "lib", "python3", "site-packages", argv[-1], "__init__.py")
-            return _uvenv.CommandResult(0, json.dumps({"version": self.version, "file": where}) + "\n", "")
-        return _uvenv.CommandResult(0, "", "")
+            return _proc.CommandResult(0, json.dumps({"version": self.version, "file": where}) + "\n", "")
+        return _proc.CommandResult(0, "", "")
 
 
 def module_run_command(fake):

@@ -9,7 +9,7 @@ import pytest
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
 from ansible_collections.llmfleet.engines.plugins.modules import uv_engine_env
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_run_command
 
@@ -136,7 +136,7 @@ def test_failure_returns_uv_output_and_steps(monkeypatch, base, capsys):
 
 def test_lock_timeout(fake, base, capsys):
     os.makedirs(os.path.dirname(base["path"]))
-    holder = _uvenv.PathLock(base["path"] + ".lock", 1)
+    holder = _pathlock.PathLock(base["path"] + ".lock", 1)
     holder.acquire()
     with open(base["path"] + ".progress.json", "w") as handle:
         json.dump({"pid": 4242, "engine": "vllm", "version": "0.11.0", "step": "install",

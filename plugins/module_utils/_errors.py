@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The collection's one error base, and the failures of the uv environment flow (raised by
+``_uvcmd``, ``_uvlock``, ``_envdir``, ``_pathlock`` and ``_uvenv``). A module turns any of them
+into ``fail_json(msg=exc.msg, **exc.details)``.
+"""
+
+from __future__ import annotations
+
+
+class LlmfleetError(Exception):
+    """Base of every error the collection's module_utils raise on purpose.
+
+    ``msg`` is the sentence for the user; ``details`` are extra keys for the module's result.
+    """
+
+    def __init__(self, msg, **details):
+        super().__init__(msg)
+        self.msg = msg
+        self.details = details
+
+
+class UvEnvError(LlmfleetError):
+    """Base of every failure of the uv environment flow."""
+
+
+class OptionError(UvEnvError):
+    """An option's value cannot be used."""
+
+
+class UvUnusable(UvEnvError):
+    """The uv binary is missing or does not answer ``--version``."""
+
+
+class LockBusy(UvEnvError):
+    """Another run holds the path's lock longer than lock_timeout."""
+
+
+class NotEnoughSpace(UvEnvError):
+    """Less free space under the path's parent than free_gb."""
+
+
+class InstallTimeout(UvEnvError):
+    """The whole install ran past ``timeout``."""
+
+
+class UvCommandFailed(UvEnvError):
+    """A uv command exited non-zero."""
+
+
+class VenvFailed(UvCommandFailed):
+    """``uv venv`` failed (often: the Python asked for is not available)."""
+
+
+class ResolveFailed(UvCommandFailed):
+    """``uv pip compile`` found no resolution."""
+
+
+class InstallFailed(UvCommandFailed):
+    """``uv pip install`` failed (download, hash mismatch, ...)."""
+
+
+class LockMismatch(UvEnvError):
+    """The lock resolved, but not to what ``expect`` (or the engine's version) asks."""
+
+
+class VerifyFailed(UvEnvError):
+    """The engine does not import, has the wrong version, or verify_command failed."""
+
+
+class GpuCheckFailed(UvEnvError):
+    """The new environment cannot compute on this node's GPU."""
+
+
+class SwitchFailed(UvEnvError):
+    """Renaming the new environment into place failed (the old one is put back)."""
+
+
+class NotAnEnvironment(UvEnvError):
+    """Something other than a Python environment is at path: it is never replaced or removed."""

@@ -1,0 +1,153 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The lock a uv environment is installed from (``uv pip compile --generate-hashes`` output):
+parsing it, and checking it against what was asked (the engine's version and wheel, ``expect``).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote, urlsplit
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256
+
+
+def normalize_name(name):
+    """PEP 503 normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def version_from_url(url):
+    """The version in a wheel's or sdist's file name at the end of a URL, or None."""
+    name = unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+    if name.endswith(".whl"):
+        parts = name[:-4].split("-")
+        return parts[1] if len(parts) >= 5 else None
+    for ext in (".tar.gz", ".zip", ".tar.bz2"):
+        if name.endswith(ext):
+            stem = name[: -len(ext)]
+            return stem.rsplit("-", 1)[1] if "-" in stem else None
+    return None
+
+
+def local_label(version):
+    return version.split("+", 1)[1] if version and "+" in version else None
+
+
+def versions_match(got, wanted):
+    """``0.20.0+cu129`` matches ``0.20.0``; a wanted local label must match exactly."""
+    if got is None:
+        return False
+    if got == wanted:
+        return True
+    return "+" not in wanted and got.split("+", 1)[0] == wanted
+
+
+def parse_lock(text):
+    """uv's compiled requirements -> ``{normalised name: entry}``.
+
+    entry: ``name`` (as written), ``version``, ``url`` (direct references), ``index`` (from
+    ``# from``, with --emit-index-annotation), ``via`` (list), ``hashes`` (list of
+    ``sha256:<hex>``).
+    """
+    packages = {}
+    current = None
+    in_via = False
+    for raw in (text or "").splitlines():
+        if not raw.strip():
+            continue
+        stripped = raw.strip()
+        if not raw[0].isspace():
+            in_via = False
+            current = None
+            if stripped.startswith("#") or stripped.startswith("-"):
+                continue
+            req = stripped.rstrip("\\").strip().split(";", 1)[0].strip()
+            if " @ " in req:
+                name, url = [part.strip() for part in req.split(" @ ", 1)]
+                version = version_from_url(url)
+            elif "==" in req:
+                name, version = [part.strip() for part in req.split("==", 1)]
+                url = None
+            else:
+                continue
+            name = name.split("[", 1)[0].strip()
+            current = {"name": name, "version": version, "url": url, "index": None, "via": [],
+                       "hashes": []}
+            packages[normalize_name(name)] = current
+            continue
+        if current is None:
+            continue
+        if stripped.startswith("--hash="):
+            current["hashes"].append(stripped[len("--hash="):].rstrip("\\").strip())
+            in_via = False
+        elif stripped.startswith("# via"):
+            rest = stripped[len("# via"):].strip()
+            if rest:
+                current["via"].append(rest)
+                in_via = False
+            else:
+                in_via = True
+        elif stripped.startswith("# from "):
+            current["index"] = stripped[len("# from "):].strip()
+            in_via = False
+        elif in_via and stripped.startswith("#"):
+            current["via"].append(stripped.lstrip("#").strip())
+    return packages
+
+
+def lock_versions(packages):
+    return {entry["name"]: entry["version"] for _name, entry in sorted(packages.items())}
+
+
+def describe_package(entry):
+    """``torch 2.8.0 from https://.../simple (via vllm)``."""
+    where = entry.get("index") or entry.get("url") or "an unknown source"
+    text = "%s %s from %s" % (entry["name"], entry["version"], where)
+    if entry.get("via"):
+        text += " (via %s)" % ", ".join(entry["via"])
+    return text
+
+
+def check_expect(packages, expect):
+    """Problems with the lock against ``expect`` (``{name: "+label" | "exact version"}``)."""
+    problems = []
+    for name in sorted(expect or {}):
+        wanted = str(expect[name]).strip()
+        entry = packages.get(normalize_name(name))
+        if entry is None:
+            problems.append("%s is not in the lock at all (expected %s)" % (name, wanted))
+            continue
+        got = entry["version"] or ""
+        if wanted.startswith("+"):
+            ok = local_label(got) == wanted[1:]
+            want_text = "the local label %s" % wanted
+        else:
+            ok = got == wanted
+            want_text = "version %s" % wanted
+        if not ok:
+            problems.append("resolved %s, but expect wants %s" % (describe_package(entry), want_text))
+    return problems
+
+
+def check_engine(packages, engine, version, wheel=None):
+    """Problems with the engine's entry in the lock (its version, the wheel's pinned hash)."""
+    entry = packages.get(normalize_name(engine))
+    if entry is None:
+        return ["%s is not in the lock" % engine]
+    problems = []
+    if not versions_match(entry["version"], version):
+        problems.append("resolved %s, not %s" % (describe_package(entry), version))
+    if wheel:
+        sha = normalize_sha256(wheel["sha256"])
+        if entry["url"] is None or entry["url"].split("#", 1)[0] != wheel["url"].split("#", 1)[0]:
+            problems.append("resolved %s, not the wheel %s" % (describe_package(entry), wheel["url"]))
+        elif entry["hashes"] and "sha256:%s" % sha not in entry["hashes"]:
+            problems.append(
+                "the lock pins %s for %s but the wheel's published sha256 is %s: the file "
+                "downloaded is not the one published" % (", ".join(entry["hashes"]), entry["name"], sha)
+            )
+    return problems

@@ -19,6 +19,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     NotFoundError,
     RateLimitError,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_DOWNLOAD_URL = "https://github.com"
@@ -31,13 +32,8 @@ _HEX = re.compile(r"^[0-9a-fA-F]{64}$")
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
-class GithubError(Exception):
+class GithubError(LlmfleetError):
     """Base class: no pinned asset. ``details`` go into the module result."""
-
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.msg = msg
-        self.details = details
 
 
 class InvalidArgumentError(GithubError):

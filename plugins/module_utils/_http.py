@@ -28,6 +28,7 @@ from ansible.module_utils.urls import (
     SSLValidationError,
     open_url,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 
 USER_AGENT = "llmfleet.engines (ansible-module)"
 MAX_RETRY_AFTER = 60.0
@@ -37,13 +38,12 @@ _MASK = "********"
 _sleep = time.sleep
 
 
-class HttpError(Exception):
+class HttpError(LlmfleetError):
     """Base class: a GET that did not give a usable answer."""
 
     def __init__(self, url, msg):
         super().__init__(msg)
         self.url = url
-        self.msg = msg
 
 
 class UnreachableError(HttpError):

@@ -25,6 +25,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     InvalidJsonError,
     NotFoundError,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 
 # The one place the public index is named: every other URL comes from the caller.
 DEFAULT_INDEX_URL = "https://pypi.org"
@@ -35,13 +36,8 @@ SOURCE_PROJECT = "project_json"
 SOURCE_SIMPLE = "simple_json"
 
 
-class PypiError(Exception):
+class PypiError(LlmfleetError):
     """Base class: the look-up gave no usable answer. ``details`` go into the module result."""
-
-    def __init__(self, msg, **details):
-        super().__init__(msg)
-        self.msg = msg
-        self.details = details
 
 
 class ProjectNotFoundError(PypiError):

@@ -37,13 +37,68 @@ def local_label(version):
     return version.split("+", 1)[1] if version and "+" in version else None
 
 
-def versions_match(got, wanted):
-    """``0.20.0+cu129`` matches ``0.20.0``; a wanted local label must match exactly."""
-    if got is None:
+# PEP 440 (as ``packaging`` reads it, spellings it normalises included): epoch, release,
+# pre-, post- and dev-release, local label. Managed nodes have no ``packaging`` to import.
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?:(?P<epoch>[0-9]+)!)?
+    (?P<release>[0-9]+(?:\.[0-9]+)*)
+    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
+    (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE_LABELS = {"alpha": "a", "a": "a", "beta": "b", "b": "b", "c": "rc", "pre": "rc", "preview": "rc", "rc": "rc"}
+
+
+def parse_version(text):
+    """``(public, local)`` of a PEP 440 version, normalised for comparison; None if it is not one.
+
+    public: ``(epoch, release without trailing zeros, pre, post, dev)`` (``0.20`` and ``0.20.0``
+    are one version; ``1.0rc1``, ``1.0-RC.1`` and ``1.0c1`` too); local: a tuple of its segments
+    (numbers as numbers, ``-``/``_``/``.`` alike, lower case), or None without a label.
+    """
+    found = _VERSION_RE.match(text or "")
+    if not found:
+        return None
+    release = [int(part) for part in found.group("release").split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    pre = None
+    if found.group("pre_l"):
+        pre = (_PRE_LABELS[found.group("pre_l").lower()], int(found.group("pre_n") or 0))
+    post = None
+    if found.group("post_n1") is not None or found.group("post_l"):
+        post = int(found.group("post_n1") or found.group("post_n2") or 0)
+    dev = int(found.group("dev_n") or 0) if found.group("dev_l") else None
+    local = None
+    if found.group("local"):
+        local = tuple(int(seg) if seg.isdigit() else seg.lower()
+                      for seg in re.split(r"[-_.]", found.group("local")))
+    return (int(found.group("epoch") or 0), tuple(release), pre, post, dev), local
+
+
+def versions_match(got, wanted, exact_local=False):
+    """Whether the version ``got`` is the version ``wanted``, compared as PEP 440 versions.
+
+    ``0.20`` is ``0.20.0``; pre-, post- and dev-releases must be the same (``0.20.0`` is not
+    ``0.20.0.post1`` nor ``0.20.0rc1``). A local label wanted must be the one got
+    (``+cu129``); without one wanted, any label got is fine (``0.20.0+cu129`` is ``0.20``),
+    unless ``exact_local``: then got must carry none either. Text that is not a PEP 440
+    version is compared as it is (surrounding spaces aside).
+    """
+    if got is None or wanted is None:
         return False
-    if got == wanted:
-        return True
-    return "+" not in wanted and got.split("+", 1)[0] == wanted
+    got_v, wanted_v = parse_version(str(got)), parse_version(str(wanted))
+    if got_v is None or wanted_v is None:
+        return str(got).strip() == str(wanted).strip()
+    if got_v[0] != wanted_v[0]:
+        return False
+    if wanted_v[1] is not None or exact_local:
+        return got_v[1] == wanted_v[1]
+    return True
 
 
 def parse_lock(text):
@@ -126,7 +181,7 @@ def check_expect(packages, expect):
             ok = local_label(got) == wanted[1:]
             want_text = "the local label %s" % wanted
         else:
-            ok = got == wanted
+            ok = versions_match(got, wanted, exact_local=True)
             want_text = "version %s" % wanted
         if not ok:
             problems.append("resolved %s, but expect wants %s" % (describe_package(entry), want_text))

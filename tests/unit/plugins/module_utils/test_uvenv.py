@@ -153,9 +153,37 @@ def test_version_from_url(url, expected):
     ("0.20.0+cu130", "0.20.0+cu129", False),
     ("0.20.1", "0.20.0", False),
     (None, "0.20.0", False),
+    # compared as PEP 440 versions, not as text
+    ("0.20.0", "0.20", True),
+    ("0.20", "0.20.0", True),
+    ("0.20.0+cu129", "0.20", True),
+    ("0.20.0+CU129", "0.20+cu129", True),
+    ("0.20.0+cu129", "0.20+cu130", False),
+    ("0.20.0", "0.20.1", False),
+    ("0.20.1", "0.20", False),
+    ("0.20.0rc1", "0.20.0", False),
+    ("0.20.0.post1", "0.20.0", False),
+    ("0.20.0.dev3", "0.20.0", False),
+    ("1.0-RC.1", "1.0rc1", True),
+    ("1.0c1", "1.0rc1", True),
+    ("1.0-1", "1.0.post1", True),
+    ("1.0.dev3", "1.0.dev3", True),
+    ("1!1.0", "1.0", False),
+    ("v0.20.0", "0.20.0", True),
+    ("not a version", "not a version", True),
+    ("not a version", "0.20.0", False),
 ])
 def test_versions_match(got, wanted, ok):
     assert _uvlock.versions_match(got, wanted) is ok
+
+
+@pytest.mark.parametrize("got, wanted, ok", [
+    ("2.11.0", "2.11", True),
+    ("2.11.0+cu129", "2.11.0", False),
+    ("2.11.0+cu129", "2.11+cu129", True),
+])
+def test_versions_match_with_the_local_label_exact(got, wanted, ok):
+    assert _uvlock.versions_match(got, wanted, exact_local=True) is ok
 
 
 def test_parse_lock_reads_versions_sources_via_and_hashes():
@@ -182,6 +210,9 @@ EXPECT_CASES = [
       r"the local label \+cu129$"], "fallback to PyPI's torch"),
     (LOCK_0200_CU129, {"torch": "+cu130"}, [r"torch 2\.11\.0\+cu129 from http://idx\.test/torch/cu129"], "other label"),
     (LOCK_0200_CU129, {"torch": "2.11.0"}, [r"expect wants version 2\.11\.0$"], "exact mismatch"),
+    (LOCK_0200_CU129, {"torch": "2.11+cu129"}, [], "exact, as a version"),
+    (LOCK_0110, {"torch": "2.8"}, [], "exact, shorter"),
+    (LOCK_0110, {"torch": "2.8.1"}, [r"expect wants version 2\.8\.1$"], "exact, other patch"),
     (LOCK_0110, {"flashinfer-python": "+cu129"}, [r"^flashinfer-python is not in the lock at all"], "missing"),
 ]
 

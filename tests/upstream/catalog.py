@@ -1,8 +1,8 @@
 """The fixed catalogue of the fake upstream: one data table, read by the builder, the server and tests.
 
 Upload times are synthetic and fixed (see ``docs/dev/CONTRACTS.md``), so tests can reason on dates.
-Each release row says where it is published (``pypi``, ``torch/cu129``, ``torch/cu130`` or
-``github``), what it requires and which files it has. The file names are the single source of truth
+Each release row says where it is published (``pypi``, ``torch/cu129``, ``torch/cu130``, ``torch/*``
+for every torch index, or ``github``), what it requires and which files it has. The file names are the single source of truth
 for the wheel tags; the builder derives everything else (METADATA, WHEEL, RECORD) from the row.
 """
 
@@ -21,8 +21,9 @@ _VLLM_REQ_09 = ("torch==2.9.0", "llmfleet-fakedep>=1.0")
 _VLLM_REQ_11 = ("torch==2.11.0", "llmfleet-fakedep>=1.0")
 
 
-def _f(filename, upload_time):
-    return {"filename": filename, "upload_time": upload_time}
+def _f(filename, upload_time, dated=True):
+    """A file: its name, when it was uploaded, and whether its index publishes that time."""
+    return {"filename": filename, "upload_time": upload_time, "dated": dated}
 
 
 # fmt: off
@@ -70,23 +71,40 @@ RELEASES = [
     {"where": "pypi", "project": NOFILES, "version": "1.0.0", "requires": (), "files": []},
 
     # ---- the PyTorch extra indexes (like download.pytorch.org/whl/cuNNN) ------------------------
-    # 2.11.0+cu130 has no upload time on purpose: the real index publishes them for part of its
-    # files only, so --exclude-newer drops such a file (see FACTS.md, uv).
+    # The real index gives upload times for part of its files only: its newest torch release
+    # carries `upload-time`, older ones do not (pytorch/test-infra#8139), so --exclude-newer
+    # drops them unless the cut-off is lifted for torch (--exclude-newer-package torch=false),
+    # and unsafe-best-match then quietly takes PyPI's torch, the other CUDA build (FACTS.md, uv).
+    # "dated": False keeps a file's upload time out of the index (the switch torch_upload_times
+    # can show them all, or none). 2.12.0 is newer than every vLLM of the catalogue.
     {
         "where": "torch/cu129", "project": TORCH, "version": "2.8.0+cu129", "requires": (), "cuda": "12.9", "files": [
-            _f("torch-2.8.0+cu129-py3-none-any.whl", "2025-08-06T18:00:00Z")]},
+            _f("torch-2.8.0+cu129-py3-none-any.whl", "2025-08-06T18:00:00Z", dated=False)]},
     {
         "where": "torch/cu129", "project": TORCH, "version": "2.9.0+cu129", "requires": (), "cuda": "12.9", "files": [
-            _f("torch-2.9.0+cu129-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
+            _f("torch-2.9.0+cu129-py3-none-any.whl", "2025-10-15T18:00:00Z", dated=False)]},
     {
         "where": "torch/cu129", "project": TORCH, "version": "2.11.0+cu129", "requires": (), "cuda": "12.9", "files": [
-            _f("torch-2.11.0+cu129-py3-none-any.whl", "2026-05-20T18:00:00Z")]},
+            _f("torch-2.11.0+cu129-py3-none-any.whl", "2026-05-20T18:00:00Z", dated=False)]},
+    {
+        "where": "torch/cu129", "project": TORCH, "version": "2.12.0+cu129", "requires": (), "cuda": "12.9", "files": [
+            _f("torch-2.12.0+cu129-py3-none-any.whl", "2026-10-14T18:00:00Z")]},
     {
         "where": "torch/cu130", "project": TORCH, "version": "2.9.0+cu130", "requires": (), "cuda": "13.0", "files": [
-            _f("torch-2.9.0+cu130-py3-none-any.whl", "2025-10-15T18:00:00Z")]},
+            _f("torch-2.9.0+cu130-py3-none-any.whl", "2025-10-15T18:00:00Z", dated=False)]},
     {
         "where": "torch/cu130", "project": TORCH, "version": "2.11.0+cu130", "requires": (), "cuda": "13.0", "files": [
-            _f("torch-2.11.0+cu130-py3-none-any.whl", None)]},
+            _f("torch-2.11.0+cu130-py3-none-any.whl", "2026-05-20T18:00:00Z", dated=False)]},
+    {
+        "where": "torch/cu130", "project": TORCH, "version": "2.12.0+cu130", "requires": (), "cuda": "13.0", "files": [
+            _f("torch-2.12.0+cu130-py3-none-any.whl", "2026-10-14T18:00:00Z")]},
+    # Like download.pytorch.org mirrors numpy, filelock and others (some versions, no upload
+    # times), every torch index mirrors an old llmfleet-fakedep: with uv's default index strategy
+    # (first-index) the torch index would be the only place uv looks for it, so a GitHub build
+    # needs --index-strategy unsafe-best-match. "torch/*": in every torch index, one file.
+    {
+        "where": "torch/*", "project": FAKEDEP, "version": "1.0.0", "requires": (), "files": [
+            _f("llmfleet_fakedep-1.0.0-py3-none-any.whl", "2025-01-15T10:00:00Z", dated=False)]},
 
     # ---- GitHub releases of vllm-project/vllm (tag v<version>) ----------------------------------
     # "digests": True -> assets carry "sha256:<hex>"; False -> null (uploads before June 2025).
@@ -139,6 +157,12 @@ def file_cuda(row, filename):
     if label.startswith("cu") and label[2:].isdigit():
         return "%s.%s" % (label[2:-1], label[-1])
     return row.get("cuda")
+
+
+def torch_indexes(row, known=("cu129", "cu130")):
+    """The torch indexes a ``torch/...`` row is published in (``torch/*``: all of them)."""
+    name = row["where"].split("/", 1)[1]
+    return list(known) if name == "*" else [name]
 
 
 def store_dir(row):

@@ -10,11 +10,13 @@ import copy
 import datetime
 import hashlib
 import html
+import io
 import json
 import pathlib
 import threading
 import time
 import urllib.parse
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.upstream import catalog
@@ -24,7 +26,16 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
 TORCH_INDEXES = ("cu129", "cu130")
 FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest")
-SWITCH_DEFAULTS = {"release_json_404": False, "torch_upload_times": True}
+# The defaults are those of the real services (FACTS.md): the PyPI these machines reach answers
+# 404 for the release JSON, and PyTorch's index dates only part of its files.
+SWITCH_DEFAULTS = {"release_json_404": True, "torch_upload_times": "partial"}
+SWITCH_VALUES = {"release_json_404": (True, False), "torch_upload_times": ("partial", "all", "none")}
+# github.com answers a release download with a redirect to a signed, short-lived URL on another
+# host (objects.githubusercontent.com / release-assets.githubusercontent.com); here another path
+# of the same server, so that tests only talk to 127.0.0.1.
+GITHUB_OBJECTS = "/github-objects/github-production-release-asset"
+GITHUB_OBJECT_TTL = 300
+_SIGNING_KEY = b"llmfleet fake upstream signing key"
 RATE_LIMIT_MESSAGE = (
     "API rate limit exceeded for 127.0.0.1. (But here's the good news: Authenticated requests get a "
     "higher rate limit. Check out the documentation for more details.)"
@@ -45,6 +56,13 @@ def _iso(stamp: str | None) -> str | None:
     return stamp[:-1] + ".000000Z"
 
 
+def _dated(record: dict, upload_times: str) -> bool:
+    """Whether an index in mode ``upload_times`` gives this file's upload time."""
+    if not record["upload_time"] or upload_times == "none":
+        return False
+    return upload_times == "all" or record["dated"]
+
+
 def _epoch(stamp: str) -> float:
     return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
@@ -60,6 +78,25 @@ def _packagetype(filename: str) -> str:
 
 def _python_version(filename: str) -> str:
     return filename[:-4].split("-")[2] if filename.endswith(".whl") else "source"
+
+
+def _wheel_metadata(data: bytes) -> bytes:
+    """The METADATA file of a wheel (what PEP 658 serves at ``<file URL>.metadata``)."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise ValueError("a wheel with %d METADATA files" % len(names))
+        return archive.read(names[0])
+
+
+def _object_uuid(record: dict) -> str:
+    """A fixed UUID-shaped name for a GitHub asset's object (the redirect target hides the name)."""
+    digest = hashlib.sha256(("%s/%s" % (record["store"], record["filename"])).encode()).hexdigest()
+    return "%s-%s-%s-%s-%s" % (digest[:8], digest[8:12], digest[12:16], digest[16:20], digest[20:32])
+
+
+def _object_signature(key: str, expires: str) -> str:
+    return hashlib.sha256(_SIGNING_KEY + b"|" + key.encode() + b"|" + expires.encode()).hexdigest()
 
 
 def _content_type(filename: str) -> str:
@@ -79,6 +116,7 @@ class Catalogue:
         self.pypi: dict[str, list[dict]] = {}  # normalised project -> releases
         self.torch: dict[str, dict[str, list[dict]]] = {idx: {} for idx in TORCH_INDEXES}
         self.github: dict[str, dict[str, dict]] = {}  # "owner/repo" -> tag -> release
+        self.objects: dict[str, dict] = {}  # "<release id>/<uuid>" -> GitHub asset record
         asset_id = 1000
         for number, row in enumerate(catalog.RELEASES):
             store = catalog.store_dir(row)
@@ -89,10 +127,10 @@ class Catalogue:
                 "yanked_reason": row.get("yanked_reason"),
                 "files": [],
             }
-            names = [(e["filename"], e["upload_time"]) for e in row["files"]]
+            names = [(e["filename"], e["upload_time"], e.get("dated", True)) for e in row["files"]]
             if row.get("checksum_file"):
-                names.append((row["checksum_file"], row["files"][-1]["upload_time"]))
-            for filename, upload_time in names:
+                names.append((row["checksum_file"], row["files"][-1]["upload_time"], True))
+            for filename, upload_time, dated in names:
                 path = self.packages / store / filename
                 try:
                     data = path.read_bytes()
@@ -102,6 +140,7 @@ class Catalogue:
                         % (path, self.packages)
                     ) from None
                 asset_id += 1
+                metadata = _wheel_metadata(data) if filename.endswith(".whl") else None
                 record = {
                     "filename": filename,
                     "store": store,
@@ -111,6 +150,9 @@ class Catalogue:
                     "md5": hashlib.md5(data).hexdigest(),  # noqa: S324 - PyPI publishes md5 too
                     "blake2b_256": hashlib.blake2b(data, digest_size=32).hexdigest(),
                     "upload_time": upload_time,
+                    "dated": dated,
+                    "metadata": metadata,
+                    "metadata_sha256": hashlib.sha256(metadata).hexdigest() if metadata is not None else None,
                     "requires_python": catalog.REQUIRES_PYTHON[row["project"]],
                     "yanked_reason": row.get("yanked_reason"),
                     "version": catalog.release_version(row, filename),
@@ -123,10 +165,14 @@ class Catalogue:
             if where == "pypi":
                 self.pypi.setdefault(normalize(row["project"]), []).append(release)
             elif where.startswith("torch/"):
-                self.torch[where.split("/", 1)[1]].setdefault(normalize(row["project"]), []).append(release)
+                for idx in catalog.torch_indexes(row, TORCH_INDEXES):
+                    self.torch[idx].setdefault(normalize(row["project"]), []).append(release)
             else:
                 release["id"] = 250000000 + number
                 self.github.setdefault(row["repo"], {})[row["tag"]] = release
+                for record in release["files"]:
+                    record["object"] = "%d/%s" % (release["id"], _object_uuid(record))
+                    self.objects[record["object"]] = record
         for releases in list(self.pypi.values()) + [r for idx in self.torch.values() for r in idx.values()]:
             releases.sort(key=lambda r: _version_key(r["version"]))
 
@@ -142,7 +188,7 @@ class Catalogue:
             out["files"] = [
                 {
                     k: self.files[(store, name)][k]
-                    for k in ("filename", "size", "sha256", "upload_time", "version", "store")
+                    for k in ("filename", "size", "sha256", "upload_time", "dated", "version", "store")
                 }
                 for name in names
             ]
@@ -195,13 +241,16 @@ class State:
         for key, value in body.items():
             if key not in SWITCH_DEFAULTS:
                 raise ControlError("unknown switch %r; known: %s" % (key, ", ".join(SWITCH_DEFAULTS)))
-            if not isinstance(value, bool):
-                raise ControlError("switch %s must be true or false" % key)
+            allowed = SWITCH_VALUES[key]
+            if not any(value is v if isinstance(v, bool) else value == v for v in allowed):
+                raise ControlError(
+                    "switch %s must be one of %s, got %s" % (key, ", ".join(json.dumps(v) for v in allowed), json.dumps(value))
+                )
         with self.lock:
             self.switches.update(body)
             return dict(self.switches)
 
-    def switch(self, name: str) -> bool:
+    def switch(self, name: str):
         with self.lock:
             return self.switches[name]
 
@@ -260,6 +309,23 @@ def _not_found(message="Not Found") -> Response:
     return _json({"message": message}, status=404)
 
 
+def _redirect(status: int, location: str, raw_query: str = "") -> Response:
+    """A redirect to a path of this server (PyPI answers 301 with the canonical name)."""
+    if raw_query:
+        location += "?" + raw_query
+    body = ("<html><body>Moved to <a href=\"%s\">%s</a></body></html>\n" % (html.escape(location), html.escape(location)))
+    return Response(status, body.encode(), "text/html; charset=UTF-8", {"Location": location})
+
+
+def _blob_error(status: int, code: str, message: str) -> Response:
+    """An error as the storage behind GitHub's release downloads answers it (XML)."""
+    body = '<?xml version="1.0" encoding="utf-8"?><Error><Code>%s</Code><Message>%s</Message></Error>' % (
+        code,
+        html.escape(message),
+    )
+    return Response(status, body.encode(), "application/xml")
+
+
 class Upstream:
     """Routing: turns a decoded path into a Response, using the catalogue and the state."""
 
@@ -300,15 +366,19 @@ class Upstream:
         return "%s/github/download/%s/releases/download/%s/%s" % (self.base, repo, tag, quoted)
 
     # -- dispatch ---------------------------------------------------------------------------------
-    def route(self, path: str, query: dict, accept: str) -> Response:
+    def route(self, path: str, query: dict, accept: str, raw_query: str = "") -> Response:
         parts = [p for p in path.split("/") if p]
         if not parts:
             return _json({"service": "llmfleet fake upstream"})
         head = parts[0]
         if head == "pypi":
-            return self.pypi_json(parts[1:])
+            return self.pypi_json(parts[1:], raw_query)
         if head == "simple":
-            return self.simple(self.cat.pypi, parts[1:], query, accept, upload_times=True)
+            if not path.endswith("/"):  # PyPI: /simple/<name> -> /simple/<name>/
+                return _redirect(301, path + "/", raw_query)
+            if len(parts) == 2 and parts[1] != normalize(parts[1]) and normalize(parts[1]) in self.cat.pypi:
+                return _redirect(301, "/simple/%s/" % normalize(parts[1]), raw_query)
+            return self.simple(self.cat.pypi, parts[1:], query, accept, upload_times="all")
         if head == "files" and len(parts) == 2:
             return self.serve_file(("pypi", parts[1]))
         if head == "torch":
@@ -327,15 +397,64 @@ class Upstream:
             if len(parts) >= 2 and parts[1] == "api":
                 return self.github_api(parts[2:])
             if len(parts) == 8 and parts[1] == "download" and parts[4:6] == ["releases", "download"]:
-                return self.serve_file(("github/%s/%s/%s" % (parts[2], parts[3], parts[6]), parts[7]))
+                return self.github_download(("github/%s/%s/%s" % (parts[2], parts[3], parts[6]), parts[7]))
             return _not_found()
+        if path.startswith(GITHUB_OBJECTS + "/"):
+            return self.github_object(path[len(GITHUB_OBJECTS) + 1 :], query)
         return _not_found()
 
     def serve_file(self, key) -> Response:
+        """A file of an index, or its PEP 658 metadata at ``<file>.metadata`` (wheels only)."""
+        store, name = key
         record = self.cat.files.get(key)
+        if record is None and name.endswith(".metadata"):
+            record = self.cat.files.get((store, name[: -len(".metadata")]))
+            if record is None or record["metadata"] is None:
+                return _not_found()
+            return Response(200, record["metadata"], "application/octet-stream")
         if record is None:
             return _not_found()
         return Response(200, self.file_bytes(record), _content_type(record["filename"]))
+
+    # -- GitHub downloads: a redirect to a signed object URL, as github.com answers --------------
+    def github_download(self, key) -> Response:
+        record = self.cat.files.get(key)
+        if record is None:
+            return Response(404, b"Not Found", "text/plain; charset=utf-8")
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + GITHUB_OBJECT_TTL))
+        disposition = "attachment; filename=%s" % record["filename"]
+        query = urllib.parse.urlencode(
+            [
+                ("sp", "r"),
+                ("se", expires),
+                ("sig", _object_signature(record["object"], expires)),
+                ("filename", record["filename"]),
+                ("response-content-disposition", disposition),
+                ("response-content-type", "application/octet-stream"),
+            ],
+            quote_via=urllib.parse.quote,
+        )
+        location = "%s%s/%s?%s" % (self.base, GITHUB_OBJECTS, record["object"], query)
+        return Response(302, b"", "text/html; charset=utf-8", {"Location": location, "Cache-Control": "no-cache"})
+
+    def github_object(self, key: str, query: dict) -> Response:
+        record = self.cat.objects.get(key)
+        if record is None:
+            return _blob_error(404, "BlobNotFound", "The specified blob does not exist.")
+        expires = (query.get("se") or [""])[0]
+        signature = (query.get("sig") or [""])[0]
+        if not expires or signature != _object_signature(key, expires):
+            return _blob_error(403, "AuthenticationFailed", "Server failed to authenticate the request. "
+                               "Make sure the value of Authorization header is formed correctly including the signature.")
+        if _epoch(expires) < time.time():
+            return _blob_error(403, "AuthenticationFailed", "Server failed to authenticate the request. "
+                               "Signed expiry time [%s] has passed." % expires)
+        return Response(
+            200,
+            self.file_bytes(record),
+            "application/octet-stream",
+            {"Content-Disposition": "attachment; filename=%s" % record["filename"]},
+        )
 
     # -- PyPI JSON --------------------------------------------------------------------------------
     def _pypi_file(self, record: dict) -> dict:
@@ -371,12 +490,15 @@ class Upstream:
             "package_url": "%s/project/%s/" % (self.base, row["project"]),
         }
 
-    def pypi_json(self, parts: list[str]) -> Response:
+    def pypi_json(self, parts: list[str], raw_query: str = "") -> Response:
         if len(parts) not in (2, 3) or parts[-1] != "json":
             return _not_found()
         releases = self.cat.pypi.get(normalize(parts[0]))
         if not releases:
             return _not_found()
+        name = releases[0]["row"]["project"]
+        if parts[0] != name:  # PyPI: 301 to the project's own name
+            return _redirect(301, "/pypi/%s/json" % "/".join([name] + parts[1:-1]), raw_query)
         if len(parts) == 3:
             if self.state.switch("release_json_404"):
                 return _not_found()
@@ -404,7 +526,9 @@ class Upstream:
         )
 
     # -- simple index (PEP 503 / 691 / 700) -------------------------------------------------------
-    def simple(self, index: dict, parts: list[str], query: dict, accept: str, upload_times: bool) -> Response:
+    def simple(self, index: dict, parts: list[str], query: dict, accept: str, upload_times: str) -> Response:
+        """PEP 503 HTML / PEP 691 JSON. ``upload_times``: ``all`` files dated (PEP 700), only the
+        ``partial`` ones the catalogue marks as dated (PyTorch's index), or ``none``."""
         fmt = (query.get("format") or [""])[0] or accept
         want_json = SIMPLE_JSON in fmt
         if not parts:
@@ -432,7 +556,11 @@ class Upstream:
                     "size": record["size"],
                     "yanked": record["yanked_reason"] if record["yanked_reason"] is not None else False,
                 }
-                if upload_times and record["upload_time"]:
+                # PEP 658 / 714: the wheel's METADATA at <url>.metadata, with its sha256
+                meta = {"sha256": record["metadata_sha256"]} if record["metadata"] is not None else False
+                item["core-metadata"] = meta
+                item["data-dist-info-metadata"] = meta
+                if _dated(record, upload_times):
                     item["upload-time"] = _iso(record["upload_time"])
                 out.append(item)
             return _json(
@@ -449,6 +577,11 @@ class Upstream:
             attrs = ' data-requires-python="%s"' % html.escape(record["requires_python"])
             if record["yanked_reason"] is not None:
                 attrs += ' data-yanked="%s"' % html.escape(record["yanked_reason"])
+            if record["metadata"] is not None:
+                attrs += ' data-dist-info-metadata="sha256=%s" data-core-metadata="sha256=%s"' % (
+                    record["metadata_sha256"],
+                    record["metadata_sha256"],
+                )
             links.append(
                 '<a href="%s#sha256=%s"%s>%s</a><br/>\n'
                 % (html.escape(self.file_url(record)), self.sha256(record), attrs, html.escape(record["filename"]))
@@ -604,7 +737,7 @@ class _Handler(BaseHTTPRequestHandler):
                 response = _json({"message": "Method Not Allowed"}, 405)
             else:
                 try:
-                    response = owner.upstream.route(path, query, self.headers.get("Accept") or "")
+                    response = owner.upstream.route(path, query, self.headers.get("Accept") or "", split.query)
                 except Exception as exc:  # pylint: disable=broad-except
                     response = _json({"message": "fake upstream bug: %r" % exc}, 500)
         owner.state.record(

@@ -1,8 +1,10 @@
 """End to end: uv (and pip) lock and install the fake packages from the fake upstream.
 
 These pin down the uv behaviour the collection relies on (FACTS.md, uv): ``--exclude-newer``
-filters by upload time, a GitHub ``+cu129`` wheel locks the ``+cu129`` torch from the extra index,
-and a torch index without upload times silently falls back to PyPI's torch.
+filters by upload time, a GitHub ``+cu129`` wheel locks the ``+cu129`` torch from the extra index
+only with torch's cut-off lifted (the torch index dates its newest torch only, as PyTorch's does)
+and silently falls back to PyPI's torch without, and uv's default index strategy looks for the
+dependencies the torch index mirrors there alone.
 """
 
 from __future__ import annotations
@@ -122,37 +124,57 @@ def _github_pin(upstream, tag, name):
 
 
 GH_0200 = "vllm-0.20.0+cu129-cp38-abi3-manylinux_2_28_x86_64.whl"
+LIFT_TORCH = ("--exclude-newer-package", "torch=false")
 
 
 @pytest.mark.parametrize(
-    "torch_upload_times, exclude_newer, expected_torch",
+    "torch_upload_times, cutoff_args, expected_torch",
     [
-        (True, None, "2.11.0+cu129"),
-        (True, CUTOFF_0200, "2.11.0+cu129"),
-        # the hazard: the extra index gives no upload times, --exclude-newer drops its files and
-        # unsafe-best-match quietly takes PyPI's torch (the other CUDA build)
-        (False, CUTOFF_0200, "2.11.0"),
-        (False, None, "2.11.0+cu129"),
+        ("partial", (), "2.11.0+cu129"),
+        # what the role passes: the cut-off, lifted for torch
+        ("partial", ("--exclude-newer", CUTOFF_0200) + LIFT_TORCH, "2.11.0+cu129"),
+        # the hazard: the torch index dates only its newest torch (2.12.0, after the cut-off),
+        # --exclude-newer drops the rest, and unsafe-best-match quietly takes PyPI's torch (the
+        # other CUDA build)
+        ("partial", ("--exclude-newer", CUTOFF_0200), "2.11.0"),
+        ("none", ("--exclude-newer", CUTOFF_0200), "2.11.0"),
+        ("none", ("--exclude-newer", CUTOFF_0200) + LIFT_TORCH, "2.11.0+cu129"),
+        # an index that dated every file would need no lift
+        ("all", ("--exclude-newer", CUTOFF_0200), "2.11.0+cu129"),
     ],
 )
 def test_github_cu129_wheel_locks_matching_torch(
-    upstream, tmp_path, uv_env, torch_upload_times, exclude_newer, expected_torch
+    upstream, tmp_path, uv_env, torch_upload_times, cutoff_args, expected_torch
 ):
     upstream.switch(torch_upload_times=torch_upload_times)
     args = ["--index-url", upstream.url + "/simple", "--extra-index-url", upstream.url + "/torch/cu129",
-            "--index-strategy", "unsafe-best-match"]
-    if exclude_newer:
-        args += ["--exclude-newer", exclude_newer]
+            "--index-strategy", "unsafe-best-match", *cutoff_args]
     lock = compile_lock(tmp_path, uv_env, _github_pin(upstream, "v0.20.0", GH_0200), *args)
     locked = pins(lock.read_text())
     assert locked["torch"] == expected_torch
     assert locked["vllm"].split("#")[0].endswith("/v0.20.0/vllm-0.20.0%2Bcu129-cp38-abi3-manylinux_2_28_x86_64.whl")
-    assert locked["llmfleet-fakedep"] == ("1.1.0" if exclude_newer else "2.0.0")
+    # the torch index's undated mirror of fakedep 1.0.0 never wins over PyPI's newer releases
+    assert locked["llmfleet-fakedep"] == ("1.1.0" if cutoff_args else "2.0.0")
+
+
+def test_first_index_strategy_takes_mirrored_dependencies_from_the_torch_index_only(upstream, tmp_path, uv_env):
+    """uv's default (first-index): a package the extra index has at all is taken from there alone."""
+    pin = _github_pin(upstream, "v0.20.0", GH_0200)
+    args = ["--index-url", upstream.url + "/simple", "--extra-index-url", upstream.url + "/torch/cu129"]
+    # without a cut-off: the torch index's old mirrored fakedep, although PyPI has newer ones
+    locked = pins(compile_lock(tmp_path, uv_env, pin, *args).read_text())
+    assert (locked["torch"], locked["llmfleet-fakedep"]) == ("2.11.0+cu129", "1.0.0")
+    # with the cut-off (torch lifted, as the role does): the mirror is undated, so nothing is left
+    req = tmp_path / "requirements.in"
+    proc = run([UV, "pip", "compile", "--python", PYTHON, *args, "--exclude-newer", CUTOFF_0200, *LIFT_TORCH,
+                req], uv_env, check=False)
+    assert proc.returncode == 1, proc.stdout
+    assert "llmfleet-fakedep" in proc.stderr and "missing an upload date" in proc.stderr, proc.stderr
 
 
 def test_github_cu129_wheel_installs_with_require_hashes(upstream, tmp_path, uv_env):
     args = ["--index-url", upstream.url + "/simple", "--extra-index-url", upstream.url + "/torch/cu129",
-            "--index-strategy", "unsafe-best-match", "--exclude-newer", CUTOFF_0200]
+            "--index-strategy", "unsafe-best-match", "--exclude-newer", CUTOFF_0200, *LIFT_TORCH]
     lock = compile_lock(tmp_path, uv_env, _github_pin(upstream, "v0.20.0", GH_0200), *args)
     venv = tmp_path / "venv"
     run([UV, "venv", "--python", PYTHON, venv], uv_env)
@@ -163,11 +185,16 @@ def test_github_cu129_wheel_installs_with_require_hashes(upstream, tmp_path, uv_
     assert out.stdout.split() == ["0.20.0+cu129", "2.11.0+cu129", "12.9"]
     raw = [e["raw_path"] for e in upstream.log() if e["path"].endswith(GH_0200)]
     assert raw and all("%2B" in p for p in raw)
+    # uv followed GitHub's redirect to the signed object URL for the bytes
+    downloads = [e for e in upstream.log() if e["path"].endswith(GH_0200)]
+    objects = [e for e in upstream.log() if e["path"].startswith("/github-objects/")]
+    assert {e["status"] for e in downloads} == {302} and len(objects) == len(downloads)
+    assert {(e["method"], e["status"]) for e in objects} <= {("GET", 200), ("HEAD", 200)}
 
 
 def test_tampered_github_wheel_fails_install_with_hash_mismatch(upstream, tmp_path, uv_env):
     args = ["--index-url", upstream.url + "/simple", "--extra-index-url", upstream.url + "/torch/cu129",
-            "--index-strategy", "unsafe-best-match", "--exclude-newer", CUTOFF_0200]
+            "--index-strategy", "unsafe-best-match", "--exclude-newer", CUTOFF_0200, *LIFT_TORCH]
     lock = compile_lock(tmp_path, uv_env, _github_pin(upstream, "v0.20.0", GH_0200), *args)
     upstream.fault("tamper", filename=GH_0200)
     venv = tmp_path / "venv"

@@ -1,0 +1,277 @@
+"""The words of the engine_node role (plugins/filter/node_report.py): each case pins the exact text.
+
+The expected strings are written out by hand (they are what the role printed when these were Jinja
+expressions in its task files); tests/integration/test_role_fleet.py reads some of them back from
+real runs.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[4]
+SPEC = REPO / "roles" / "engine_node" / "meta" / "argument_specs.yml"
+
+
+def _import_filter_plugin():
+    """The plugin and AnsibleFilterError, without leaving the process in controller mode (see
+    test_builds_filter.py: importing ansible.errors would change what later module tests see)."""
+    from ansible.module_utils import _internal
+
+    before = _internal.is_controller
+    try:
+        from ansible.errors import AnsibleFilterError
+        from ansible_collections.llmfleet.engines.plugins.filter import node_report
+    finally:
+        _internal.is_controller = before
+    return node_report, AnsibleFilterError
+
+
+node_report, AnsibleFilterError = _import_filter_plugin()
+FILTERS = node_report.FilterModule().filters()
+FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_runtime_mismatch"]
+
+
+def test_each_filter_has_its_documentation_file():
+    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_lookup_errors",
+                               "engine_node_problems", "engine_node_summary"]
+    for name in FILTERS:
+        doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
+        assert doc["DOCUMENTATION"]["name"] == name
+        assert "llmfleet.engines." + name in doc["EXAMPLES"]
+
+
+# --- engine_node_summary --------------------------------------------------------------------
+
+def result(**kw):
+    out = {"host": "gpu07", "version": "0.20.0", "requested": "auto", "wanted": "cu13", "effective": "cu13",
+           "current": "0.20.0-cu13", "path": "/opt/llmfleet/engines/vllm/0.20.0-cu13", "action": "unchanged",
+           "fallback": None, "error": None, "why": "H100 with driver 580: the PyPI build", "check_mode": False}
+    out.update(kw)
+    return out
+
+
+JOB = {"build": "cu13", "why": "driver 580 and compute capability 9.0 run the PyPI build"}
+KEPT = {"from": "cu13", "to": "cu129", "reason": "no_kernel_image", "since": "2026-01-02T03:04:05Z"}
+RETRIED = {"from": "cu13", "to": "cu129", "reason": "no_kernel_image", "since": "this run"}
+
+
+@pytest.mark.parametrize("res, job, expected", [
+    (result(action="none", requested="none", wanted="none", effective="none", current="", path=""), None,
+     "gpu07: engine_node_build is none: no engine is installed on this node (nothing changed under /opt/llmfleet)."),
+    (result(action="none", wanted="none", effective="none", current="", path="",
+            why="no GPU here and auto installs nothing without one"), None,
+     "gpu07: no engine is installed on this node: no GPU here and auto installs nothing without one."),
+    (result(), None,
+     "gpu07: vllm 0.20.0 cu13 is current (/opt/llmfleet/engines/vllm/0.20.0-cu13); nothing to do."),
+    (result(effective="cu129", current="0.20.0-cu129", path="/opt/llmfleet/engines/vllm/0.20.0-cu129", fallback=KEPT),
+     None,
+     "gpu07: vllm 0.20.0 cu129 is current (/opt/llmfleet/engines/vllm/0.20.0-cu129); nothing to do. auto keeps it:"
+     " cu13 failed its GPU check on this node (no_kernel_image, 2026-01-02T03:04:05Z), and its driver and GPUs are"
+     " the same."),
+    (result(action="failed", current="0.15.1-cu129", error="boom"), JOB,
+     "gpu07: vllm 0.20.0 was not installed; current is 0.15.1-cu129, as before."),
+    (result(action="failed", current="", effective="none", path=""), JOB,
+     "gpu07: vllm 0.20.0 was not installed; current is not set, as before."),
+    (result(action="switched"), None,
+     "gpu07: switched current to vllm 0.20.0 cu13, already on disk (no download)."),
+    (result(action="would switched", check_mode=True, current="0.15.1-cu129"), None,
+     "gpu07: would switch current to vllm 0.20.0 cu13, already on disk (no download)."),
+    (result(action="installed"), JOB,
+     "gpu07: installed vllm 0.20.0 cu13 and switched current to it (/opt/llmfleet/engines/vllm/0.20.0-cu13)."
+     " auto: driver 580 and compute capability 9.0 run the PyPI build."),
+    (result(action="would installed", requested="cu13", check_mode=True, current="", path=""), JOB,
+     "gpu07: would install vllm 0.20.0 cu13. cu13: driver 580 and compute capability 9.0 run the PyPI build."),
+    (result(action="installed", effective="cu129", current="0.20.0-cu129", path="/opt/llmfleet/engines/vllm/0.20.0-cu129",
+            fallback=RETRIED), {"build": "cu129", "why": "auto tries the other build once"},
+     "gpu07: installed vllm 0.20.0 cu129 and switched current to it (/opt/llmfleet/engines/vllm/0.20.0-cu129)."
+     " auto chose cu13, whose GPU check failed (no_kernel_image); the other build, tried once, computes."),
+])
+def test_summary(res, job, expected):
+    assert FILTERS["engine_node_summary"](res, job, "/opt/llmfleet") == expected
+
+
+def test_summary_reads_check_mode_given_as_text():
+    res = result(action="would switched", check_mode="True")
+    assert FILTERS["engine_node_summary"](res).startswith("gpu07: would switch current to vllm 0.20.0 cu13")
+
+
+def test_summary_refuses_what_is_not_a_result():
+    with pytest.raises(AnsibleFilterError, match=r"engine_node_summary: the input \(engine_node_result\) must be a dict, not str"):
+        FILTERS["engine_node_summary"]("installed")
+
+
+# --- engine_node_error ------------------------------------------------------------------------
+
+PLAN = {"version": "0.20.0", "build": "cu13",
+        "reasons": {"cu13": [], "cu129": ["driver 525.60.13 is older than 525.60.14", "no sm_100 kernels"]}}
+GPU_FAILED = {"task": "Build beside the live environment vLLM 0.20.0 cu13",
+              "msg": "GPU check failed [no_kernel_image]: no kernel image is available for execution on the device.",
+              "classification": "no_kernel_image"}
+
+
+def error(failure, requested="auto", plan=PLAN, **kw):
+    return FILTERS["engine_node_error"](failure, requested, plan, FALLBACK_ON, **kw)
+
+
+def test_error_is_null_when_nothing_failed():
+    assert error(None) is None
+
+
+def test_error_after_auto_tried_the_other_build():
+    failure = {"task": "Build beside the live environment vLLM 0.20.0 cu129", "msg": "import vllm failed"}
+    assert error(failure, retry=True, first_job={"build": "cu13"}, first_failure=GPU_FAILED,
+                 job={"build": "cu129"}, other="cu129") == (
+        "auto chose cu13, whose GPU check failed (no_kernel_image), and the other build, cu129, tried once,"
+        " failed too: import vllm failed")
+
+
+def test_error_of_an_explicit_build_names_the_setting():
+    assert error(GPU_FAILED, requested="cu13", other="cu129") == (
+        "GPU check failed [no_kernel_image]: no kernel image is available for execution on the device."
+        " engine_node_build is cu13, set for this host, so the role does not switch builds by itself:"
+        " set engine_node_build to auto, or to the build the hint names.")
+
+
+def test_error_of_auto_says_why_the_other_build_was_not_tried():
+    assert error(GPU_FAILED, other="cu129") == (
+        "GPU check failed [no_kernel_image]: no kernel image is available for execution on the device."
+        " The other build was not tried: driver 525.60.13 is older than 525.60.14; no sm_100 kernels.")
+    # a version with one build only
+    plan = {"version": "0.11.0", "build": "cu129", "reasons": {"cu129": []}}
+    assert error(GPU_FAILED, plan=plan, other="") == (
+        "GPU check failed [no_kernel_image]: no kernel image is available for execution on the device."
+        " The other build was not tried: vLLM 0.11.0 publishes no other build.")
+
+
+@pytest.mark.parametrize("failure, expected", [
+    ({"task": "Stop when a look-up for this node failed", "msg": "gpu07: asking https://pypi.org when vLLM 0.20.0 was"
+      " published failed: HTTP Error 503"},
+     "Stop when a look-up for this node failed: gpu07: asking https://pypi.org when vLLM 0.20.0 was published failed:"
+     " HTTP Error 503"),
+    ({"task": "Download the uv wheel, checked against the index's sha256", "msg": "Request failed",
+      "response": "HTTP Error 404: Not Found"},
+     "Download the uv wheel, checked against the index's sha256: Request failed (HTTP Error 404: Not Found)"),
+    ({"task": "Take the uv binary out of the wheel and check its version", "msg": "non-zero return code", "rc": 1,
+      "stderr": "  cannot take uv out of uv.whl: bad zip\n", "stdout": "ignored"},
+     "Take the uv binary out of the wheel and check its version: non-zero return code:"
+     " cannot take uv out of uv.whl: bad zip"),
+    ({"task": "Build", "msg": "failed to build", "rc": 2, "stderr": "", "stdout": " resolution failed \n"},
+     "Build: failed to build: resolution failed"),
+    ({"task": "Build", "msg": "timed out", "rc": 0, "stderr": "not shown"},
+     "Build: timed out"),
+    ({"task": "Build"},
+     "Build: failed"),
+    # a GPU check failure that another build cannot fix: not a fallback case
+    ({"task": "Build", "msg": "GPU check failed [out_of_memory]: CUDA out of memory", "classification": "out_of_memory"},
+     "Build: GPU check failed [out_of_memory]: CUDA out of memory"),
+    ({"task": "Build", "msg": "x", "classification": None},
+     "Build: x"),
+])
+def test_error_of_any_other_failure_names_the_task(failure, expected):
+    assert error(failure, requested="cu13") == expected
+
+
+# --- engine_node_lookup_errors ----------------------------------------------------------------
+
+def job(github=True, uv=True):
+    return {"version": "0.20.0", "build": "cu129",
+            "lookup_pypi": {"version": "0.20.0", "index_url": "https://pypi.example.com", "margin": 24},
+            "lookup_github": {"repo": "vllm-project/vllm", "tag": "v0.20.0", "api_url": "https://ghe.example.com/api/v3"}
+            if github else None,
+            "lookup_uv": {"version": "0.13.8", "index_url": "https://uv.example.com"} if uv else None}
+
+
+RELEASE = {"item": {}, "exclude_newer": "2026-01-02T00:00:00Z"}
+ASSET = {"item": {}, "sha256": "ab" * 32, "url": "https://ghe.example.com/x.whl"}
+UV = {"item": {}, "files": []}
+
+
+def test_lookup_errors_empty_when_every_look_up_answered():
+    assert FILTERS["engine_node_lookup_errors"](job(), RELEASE, ASSET, UV) == []
+    # look-ups the job does not need are not asked for
+    assert FILTERS["engine_node_lookup_errors"](job(github=False, uv=False), RELEASE, {}, {}) == []
+
+
+def test_lookup_errors_name_where_and_what():
+    failed = {"failed": True, "msg": "HTTP Error 503: Service Unavailable"}
+    assert FILTERS["engine_node_lookup_errors"](job(), failed, {}, {"msg": "no such version"}) == [
+        "asking https://pypi.example.com when vLLM 0.20.0 was published failed: HTTP Error 503: Service Unavailable",
+        "asking GitHub (https://ghe.example.com/api/v3) for the cu129 wheel of vLLM 0.20.0 failed: no answer",
+        "asking https://uv.example.com for uv 0.13.8 failed: no such version",
+    ]
+    assert FILTERS["engine_node_lookup_errors"](job(github=False, uv=False), None) == [
+        "asking https://pypi.example.com when vLLM 0.20.0 was published failed: no answer"]
+
+
+# --- engine_node_attempt_why ------------------------------------------------------------------
+
+def test_attempt_why():
+    plan = {"build": "cu129", "why": "driver 535.104.05 is older than 580: the GitHub release's cu129 build"}
+    why = FILTERS["engine_node_attempt_why"]
+    assert why(plan, 1, None, None) == "driver 535.104.05 is older than 580: the GitHub release's cu129 build"
+    assert why(plan) == "driver 535.104.05 is older than 580: the GitHub release's cu129 build"
+    assert why(plan, "2", {"build": "cu13"}, {"classification": "driver_too_old"}) == (
+        "auto tries the other build once, after the GPU check of cu13 failed (driver_too_old):"
+        " driver 535.104.05 is older than 580: the GitHub release's cu129 build")
+    with pytest.raises(AnsibleFilterError, match="engine_node_attempt_why: attempt must be 1 or 2, not 'first'"):
+        why(plan, "first")
+
+
+# --- engine_node_problems ---------------------------------------------------------------------
+
+OPTIONS = yaml.safe_load(SPEC.read_text())["argument_specs"]["main"]["options"]
+GOOD = {"engine_node_build": "auto", "engine_node_python_preference": "only-managed", "engine_node_version": "0.20.0",
+        "engine_node_keep": 1, "engine_node_root": "/opt/llmfleet", "engine_node_services": []}
+
+
+@pytest.mark.parametrize("changes", [
+    {},
+    {"engine_node_version": "v0.11.2"},
+    {"engine_node_version": "0.20.0rc1"},
+    {"engine_node_keep": 0},
+    {"engine_node_keep": "2"},
+    {"engine_node_services": ["vllm.service"]},
+])
+def test_problems_none(changes):
+    assert FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, **changes)) == []
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"engine_node_build": "cu12.9"}, ['variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, none']),
+    ({"engine_node_python_preference": "bogus"},
+     ['variable engine_node_python_preference is "bogus", allowed: only-managed, managed, system, only-system']),
+    ({"engine_node_version": 0.2},
+     ['variable engine_node_version is 0.2, not a string: quote the version, for example "0.20.0"']),
+    ({"engine_node_version": "latest"},
+     ['variable engine_node_version is "latest", allowed: a vLLM release such as "0.20.0"']),
+    ({"engine_node_keep": -1}, ["variable engine_node_keep is -1, allowed: a whole number, 0 or more"]),
+    ({"engine_node_keep": True}, ["variable engine_node_keep is true, allowed: a whole number, 0 or more"]),
+    ({"engine_node_root": "opt/llmfleet"}, ['variable engine_node_root is "opt/llmfleet", allowed: an absolute path']),
+    ({"engine_node_root": 5}, ["variable engine_node_root is 5, allowed: an absolute path"]),
+    ({"engine_node_services": "vllm.service"},
+     ['variable engine_node_services is "vllm.service", allowed: a list of systemd unit names']),
+    ({"engine_node_services": None}, ["variable engine_node_services is null, allowed: a list of systemd unit names"]),
+    # every problem at once: the choices in the order of the names, then the four checks
+    ({"engine_node_python_preference": "x", "engine_node_build": ["cu13"], "engine_node_keep": "two",
+      "engine_node_version": "", "engine_node_root": "", "engine_node_services": 3},
+     ['variable engine_node_build is ["cu13"], allowed: auto, cu13, cu129, none',
+      'variable engine_node_python_preference is "x", allowed: only-managed, managed, system, only-system',
+      'variable engine_node_version is "", allowed: a vLLM release such as "0.20.0"',
+      'variable engine_node_keep is "two", allowed: a whole number, 0 or more',
+      'variable engine_node_root is "", allowed: an absolute path',
+      "variable engine_node_services is 3, allowed: a list of systemd unit names"]),
+])
+def test_problems(changes, expected):
+    assert FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, **changes)) == expected
+
+
+def test_problems_needs_every_checked_value():
+    values = dict(GOOD)
+    del values["engine_node_python_preference"], values["engine_node_keep"]
+    with pytest.raises(AnsibleFilterError,
+                       match="engine_node_problems: values lacks engine_node_python_preference, engine_node_keep"):
+        FILTERS["engine_node_problems"](OPTIONS, values)

@@ -81,3 +81,7 @@ class SwitchFailed(UvEnvError):
 
 class NotAnEnvironment(UvEnvError):
     """Something other than a Python environment is at path: it is never replaced or removed."""
+
+
+class CleanupFailed(UvEnvError):
+    """A leftover of an earlier run could not be removed, so the build cannot use its name."""

@@ -37,6 +37,17 @@ driver always means "the PyPI default", and the GitHub asset would only add a Gi
 to PyPI's) for nothing the node can run better. The plan reports ``cuda: "12.8"`` so the
 difference stays visible. Likewise 0.11.1-0.11.2 also carry a duplicate ``+cu129`` asset,
 unused because ``cu129`` is PyPI's wheel there.
+
+Wheels and the node's C library
+-------------------------------
+A wheel's manylinux tag names the oldest glibc it runs on; uv takes the wheel only on a node whose
+glibc is at least that, and only for the machine architectures the wheel is built for. Elsewhere
+it falls back to vLLM's sdist and compiles it for an hour. :data:`WHEELS` holds, per vLLM version
+and origin, the architectures with wheels and their manylinux tags, each number with its source;
+:func:`choose` rules out, before anything is looked up or downloaded, a build whose wheel does not
+fit the node (``blocked`` for a build asked for by name). What the table does not know (``None``)
+never rules a node out, and neither does a node whose glibc is unknown (musl, or not reported):
+those get a warning.
 """
 
 from __future__ import annotations
@@ -91,6 +102,78 @@ ERAS = (
 )
 
 OLDEST = ERAS[-1]["since"]
+
+#: The glibc a legacy manylinux tag promises: PEP 513 (manylinux1), PEP 571 (manylinux2010) and
+#: PEP 599 (manylinux2014). PEP 600's ``manylinux_X_Y`` says glibc X.Y itself.
+LEGACY_MANYLINUX = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014": "2.17"}
+
+#: The GitHub release's ``+cuNNN`` wheels: built for the two architectures vLLM builds CUDA wheels
+#: for (:data:`ARCHITECTURES`; the asset pattern selects one of them), manylinux tags unknown: no
+#: source gives them per version (FACTS.md: "the manylinux tag moved many times (manylinux1, 2014,
+#: 2_31, 2_35, 2_34, 2_24, 2_28) ... never build the file name"). The look-up of the asset proves
+#: that it exists; its tag is not checked here.
+_GITHUB_WHEELS = {"x86_64": None, "aarch64": None}
+
+#: The wheels of each vLLM version, by origin (``pypi``: the default wheel; ``github``: the
+#: release's other build). Newest first; ``since`` is inclusive and a row runs until the next newer
+#: one starts (as in :data:`ERAS`). Per origin: ``{architecture: manylinux tag}`` for every
+#: architecture that has a wheel, the tag ``None`` where it is not known; the whole origin ``None``
+#: where not even the architectures are known. Unknown never rules a node out ("be
+#: conservative": a guessed floor would refuse nodes that can take the wheel, while uv with
+#: ``--no-build`` stops quickly on a wheel that does not fit). Sources, row by row:
+WHEELS = (
+    {
+        # FACTS.md, "Measured 2026-12-01": "0.22.0 onward manylinux_2_28" (PyPI, releases up to
+        # 0.33.0), and "aarch64 wheels on PyPI beside x86_64 from 0.20.0 on". Newer releases are
+        # taken to keep both, as ERAS takes them to keep their builds: re-measure when one moves.
+        "since": "0.22.0",
+        "pypi": {"x86_64": "manylinux_2_28", "aarch64": "manylinux_2_28"},
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # 0.21.x after 0.21.0: FACTS.md names 0.21.0's tag only; the architectures as above.
+        "since": "0.21.1",
+        "pypi": {"x86_64": None, "aarch64": None},
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # FACTS.md, "Measured 2026-12-01": "0.21.0 manylinux_2_24" (its re-upload with build tag
+        # 1 included); aarch64 beside x86_64 from 0.20.0 on.
+        "since": "0.21.0",
+        "pypi": {"x86_64": "manylinux_2_24", "aarch64": "manylinux_2_24"},
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # 0.20.x after 0.20.0: FACTS.md names 0.20.0's tag only (0.21.0 went back down to 2_24,
+        # so a patch release may have too); the architectures as above.
+        "since": "0.20.1",
+        "pypi": {"x86_64": None, "aarch64": None},
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # FACTS.md, "Measured 2026-12-01": "0.20.0's wheel is manylinux_2_35"; aarch64 beside
+        # x86_64 from 0.20.0 on.
+        "since": "0.20.0",
+        "pypi": {"x86_64": "manylinux_2_35", "aarch64": "manylinux_2_35"},
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # 0.11.1 - 0.19.x: no source gives these tags or architectures (FACTS.md lists
+        # manylinux_2_31 among the tags seen, without versions; the fake upstream's 2_31 for
+        # 0.11.2 and 0.15.1 is synthetic).
+        "since": "0.11.1",
+        "pypi": None,
+        "github": _GITHUB_WHEELS,
+    },
+    {
+        # Real PyPI, measured (tests/network/test_real_pypi.py; FACTS.md: "vllm 0.11.0 is 3
+        # files"): vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl,
+        # vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl and the sdist.
+        "since": "0.11.0",
+        "pypi": {"x86_64": "manylinux1", "aarch64": "manylinux2014"},
+        "github": _GITHUB_WHEELS,
+    },
+)
 
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-]?[A-Za-z0-9.+\-]*)?\s*$")
 
@@ -164,6 +247,48 @@ def asset_pattern(version, label, arch):
     )
 
 
+def manylinux_glibc(tag):
+    """The glibc a manylinux platform tag asks for: ``"manylinux_2_35"`` -> ``"2.35"``,
+    ``"manylinux2014"`` -> ``"2.17"``; a trailing architecture is ignored. None for anything
+    else (None, musllinux, an unknown alias)."""
+    text = str(tag or "").strip().lower()
+    match = re.match(r"^manylinux_(\d+)_(\d+)(?:_|$)", text)
+    if match:
+        return "%s.%s" % match.groups()
+    match = re.match(r"^(manylinux(?:1|2010|2014))(?:_|$)", text)
+    return LEGACY_MANYLINUX[match.group(1)] if match else None
+
+
+def _wheel_row(version):
+    wanted = release(version)
+    for row in WHEELS:
+        if wanted >= release(row["since"]):
+            return row
+    era(version)  # raises the table's own error for a version older than the table
+    raise BuildTableError("vLLM %s has no row in the wheel table" % (version,))  # pragma: no cover
+
+
+def wheel(version, origin, arch=None):
+    """What is known of ``version``'s wheels from ``origin`` (``pypi`` or ``github``).
+
+    Returns ``{"arches": [...] | None, "manylinux": tag | None, "glibc": "X.Y" | None}``:
+    the architectures with a wheel (None: not known), and for ``arch`` (any spelling
+    :func:`normalise_arch` knows) the manylinux tag of its wheel and the glibc that tag asks for.
+    None where the table does not know, where ``arch`` has no wheel, or where ``arch`` is not
+    given and the architectures' tags differ.
+    """
+    by_arch = _wheel_row(version)[origin]
+    if by_arch is None:
+        return {"arches": None, "manylinux": None, "glibc": None}
+    name = normalise_arch(arch)
+    if name is not None:
+        tag = by_arch.get(name)
+    else:
+        tags = set(by_arch.values())
+        tag = tags.pop() if len(tags) == 1 and not arch else None
+    return {"arches": sorted(by_arch), "manylinux": tag, "glibc": manylinux_glibc(tag)}
+
+
 def default_build(version):
     """The build of ``version``'s PyPI wheel."""
     return era(version)["pypi"]["build"]
@@ -179,11 +304,12 @@ def builds(version, arch="x86_64"):
          "github": {"repo", "tag", "pattern"} | None,   # pattern None for an unknown arch
          "torch_index": "cu129"|"cu130"|None,           # suffix of the PyTorch index URL
          "torch_label": "+cu129"|"+cu130"|None,         # local label the locked torch must carry
-         "requires": {"driver", "compute_capability", "label"}}
+         "requires": {"driver", "compute_capability", "label"},
+         "wheel": {"arches", "manylinux", "glibc"}}        # see wheel(); None where not known
     """
     row = era(version)
     version = str(version).strip().lstrip("v")
-    arch = normalise_arch(arch)
+    given, arch = arch, normalise_arch(arch)
     out = {}
     pypi = row["pypi"]
     out[pypi["build"]] = {
@@ -196,6 +322,7 @@ def builds(version, arch="x86_64"):
         "torch_index": None,
         "torch_label": None,
         "requires": dict(REQUIREMENTS[pypi["build"]]),
+        "wheel": wheel(version, "pypi", given),
     }
     other = row["github"]
     if other:
@@ -213,6 +340,7 @@ def builds(version, arch="x86_64"):
             "torch_index": other["label"],
             "torch_label": "+" + other["label"],
             "requires": dict(REQUIREMENTS[other["build"]]),
+            "wheel": wheel(version, "github", given),
         }
     return out
 
@@ -224,17 +352,11 @@ def _gpu_name(gpu):
 def blockers(build, source, facts):
     """Why this node cannot run ``source`` (a list of sentences; empty: it can).
 
-    Without a driver there is no driver or GPU to check against; only a known machine
-    architecture without GitHub wheels can rule a GitHub build out. Without any facts nothing
-    rules a build out (and a GitHub build's asset pattern is None until the architecture is known).
+    The driver and the GPUs against the build's needs; whether its wheel can be installed at
+    all is :func:`wheel_blockers`. Without a driver (or without facts) there is nothing to check.
     """
     need = REQUIREMENTS[build]
     why = []
-    if source["origin"] == "github" and not source["github"]["pattern"] and facts.get("architecture"):
-        why.append(
-            "vLLM's GitHub release has wheels for %s only, not for machine architecture %s"
-            % (" and ".join(sorted(set(ARCHITECTURES.values()))), facts["architecture"])
-        )
     driver = facts.get("driver_version")
     if not driver:
         return why
@@ -261,6 +383,115 @@ def blockers(build, source, facts):
     return why
 
 
+def _where(source):
+    return "PyPI" if source["origin"] == "pypi" else "the GitHub release"
+
+
+def _wheel_name(version, source):
+    return "vLLM %s's %s wheel on %s" % (version, source["build"], _where(source))
+
+
+def wheel_blockers(version, source, facts):
+    """Why uv cannot install ``source``'s wheel on this node (a list of sentences; empty: it can,
+    as far as the table knows): no wheel for the node's machine architecture, or a manylinux tag
+    that asks for a newer glibc than the node's. Unknown architectures, glibc or tags rule
+    nothing out."""
+    info = source["wheel"]
+    arch = facts.get("architecture")
+    if arch and info["arches"] is not None and normalise_arch(arch) not in info["arches"]:
+        return ["%s is built for %s only, not for machine architecture %s"
+                % (_wheel_name(version, source), " and ".join(info["arches"]), arch)]
+    glibc = facts.get("glibc")
+    if info["glibc"] and dotted(glibc) and not at_least(glibc, info["glibc"]):
+        return ["glibc %s is older than %s, which %s (%s) needs"
+                % (glibc, info["glibc"], _wheel_name(version, source), info["manylinux"])]
+    return []
+
+
+def wheel_warnings(version, source, facts, published):
+    """What the table cannot check about ``source``'s wheel on this node, as warnings: a glibc
+    that is not known (musl, or not reported) against a known tag; an unknown tag on a node
+    whose glibc is below another build's known tag for the same version."""
+    info = source["wheel"]
+    glibc = facts.get("glibc")
+    name = _wheel_name(version, source)
+    if not dotted(glibc):
+        if not info["glibc"]:
+            return []
+        return ["this node's glibc is not known (%s), so it was not checked against %s (%s), which "
+                "needs glibc %s or newer; on a node without it uv cannot install that wheel"
+                % ("its C library is not glibc, such as musl, or its version could not be read"
+                   if "glibc" in facts else "the facts do not say",
+                   name, info["manylinux"], info["glibc"])]
+    if info["glibc"]:
+        return []
+    above = [other for other in published.values()
+             if other["wheel"]["glibc"] and not at_least(glibc, other["wheel"]["glibc"])]
+    if not above:
+        return []
+    return ["the build table does not know which glibc %s needs, and %s needs %s, newer than this "
+            "node's %s: if this one needs it too, uv cannot install it"
+            % (name, _wheel_name(version, above[0]), above[0]["wheel"]["glibc"], glibc)]
+
+
+def _span(index):
+    """The vLLM versions row ``index`` of :data:`WHEELS` covers, in words."""
+    since = WHEELS[index]["since"]
+    if index == 0:
+        return "%s or newer" % since
+    until = release(WHEELS[index - 1]["since"])
+    first = release(since)
+    if until == first[:2] + (first[2] + 1,):
+        return since
+    return "%s up to %s (not included)" % (since, WHEELS[index - 1]["since"])
+
+
+def fitting_versions(glibc, arch):
+    """The vLLM versions whose PyPI wheel the table knows to fit a node with ``glibc`` and
+    ``arch`` (either may be None: not checked), newest first, in words."""
+    name = normalise_arch(arch) if arch else None
+    out = []
+    for index, row in enumerate(WHEELS):
+        by_arch = row["pypi"]
+        if by_arch is None or (arch and name not in by_arch):
+            continue
+        if dotted(glibc):
+            tags = [by_arch[name]] if name else list(by_arch.values())
+            floors = [manylinux_glibc(tag) for tag in tags]
+            if not floors or not all(floor and at_least(glibc, floor) for floor in floors):
+                continue
+        out.append(_span(index))
+    return out
+
+
+def _blocked(version, published, build, wheel_why, facts):
+    """The message that fails a node asking for ``build`` when its wheel does not fit."""
+    source = published[build]
+    glibc, arch = facts.get("glibc"), facts.get("architecture")
+    todo = []
+    versions = fitting_versions(glibc, arch)
+    if versions:
+        todo.append("choose a vLLM version whose PyPI wheel this node takes (engine_node_version %s)"
+                    % (", ".join(versions[:-1]) + " or " + versions[-1] if len(versions) > 1 else versions[0]))
+    others = [name for name in BUILDS if name in published and name != build and not wheel_why[name]]
+    if others:
+        todo.append("set engine_node_build to %s or auto (the wheel of %s, is not ruled out)"
+                    % (" or ".join(others), " or ".join(
+                        "%s, CUDA %s from %s" % (name, published[name]["cuda"], _where(published[name]))
+                        for name in others)))
+    floor = source["wheel"]["glibc"]
+    if floor and dotted(glibc) and not at_least(glibc, floor):
+        todo.append("upgrade the node's OS to one with glibc %s or newer" % floor)
+    if not todo:
+        todo.append("set engine_node_build to none for this node")
+    return (
+        "vLLM %s build %s cannot be installed on this node (glibc %s, %s): %s. Without a wheel "
+        "that fits, uv would have to compile vLLM from its source (an hour or more). To go on: %s."
+        % (version, build, glibc or "unknown", arch or "architecture unknown", "; ".join(wheel_why[build]),
+           "; or ".join(todo))
+    )
+
+
 def _describe(source):
     return "%s (CUDA %s, from %s)" % (
         source["build"],
@@ -273,19 +504,24 @@ def choose(facts, version, requested="auto"):
     """Pick the build of vLLM ``version`` for a node.
 
     ``facts``: what ``gpu_probe`` returns (``driver_version``, ``gpus`` with
-    ``compute_capability``, ``architecture``); ``requested``: one of :data:`REQUESTS`.
+    ``compute_capability``, ``architecture``, ``glibc``); ``requested``: one of :data:`REQUESTS`.
 
     Returns::
 
         {"version", "requested", "build": "cu13"|"cu129"|"none", "default": the PyPI build,
          "runnable": {"cu13": bool, "cu129": bool}, "reasons": {build: [why not, ...]},
          "why": one sentence on the choice, "skip_gpu_check": bool, "warnings": [...],
+         "blocked": None | why this node cannot take the wheel of the build asked for,
          "source": builds()[build] | None}
 
-    ``auto``: the PyPI default when the node can run it, else the other build, else ``none``;
-    mixed GPUs are judged by the weakest. No driver: the PyPI default, GPU check skipped.
-    An explicit ``cu13``/``cu129`` is honoured (with warnings when the facts say it will not
-    run), unless the version publishes no such build.
+    A build whose wheel the node cannot take (no wheel for its architecture, a manylinux tag
+    above its glibc: :func:`wheel_blockers`) is not runnable, whatever its GPUs. ``auto``: the
+    PyPI default when the node can run it, else the other build, else ``none``; mixed GPUs are
+    judged by the weakest. No driver: the PyPI default when its wheel fits, else the other build
+    whose wheel fits, else ``none``; the GPU check is skipped. An explicit ``cu13``/``cu129`` is
+    honoured (with warnings when the facts say its GPU code will not run), unless the version
+    publishes no such build (an error) or its wheel does not fit the node: then ``blocked`` says
+    why and what to do, and the caller fails the node before looking anything up.
     """
     requested = "auto" if requested is None else str(requested)
     if requested not in REQUESTS:
@@ -299,15 +535,19 @@ def choose(facts, version, requested="auto"):
     driver = facts.get("driver_version")
     gpus = facts.get("gpus") or []
 
-    runnable, reasons = {}, {}
+    runnable, reasons, wheel_why = {}, {}, {}
     for name in BUILDS:
         if name in published:
-            reasons[name] = blockers(name, published[name], facts)
+            wheel_why[name] = wheel_blockers(version, published[name], facts)
+            reasons[name] = wheel_why[name] + blockers(name, published[name], facts)
         else:
+            wheel_why[name] = []
             reasons[name] = ["vLLM %s publishes no %s build" % (version, REQUIREMENTS[name]["label"])]
         runnable[name] = not reasons[name]
 
     warnings = []
+    blocked = None
+    order = [default] + [name for name in BUILDS if name != default and name in published]
     if requested == "none":
         build = "none"
         why = "build none was asked for: no engine on this node"
@@ -323,19 +563,35 @@ def choose(facts, version, requested="auto"):
                 )
             )
         build = requested
-        why = "build %s was asked for: %s" % (requested, _describe(published[requested]))
+        if wheel_why[requested]:
+            blocked = _blocked(version, published, requested, wheel_why, facts)
+            why = "build %s was asked for, but this node cannot take its wheel: %s" % (
+                requested, "; ".join(wheel_why[requested]))
+        else:
+            why = "build %s was asked for: %s" % (requested, _describe(published[requested]))
         warnings = [
             "build %s was asked for, but this node may not run it: %s" % (requested, reason)
-            for reason in reasons[requested]
+            for reason in reasons[requested] if reason not in wheel_why[requested]
         ]
     elif not driver:
-        build = default
-        why = (
-            "no NVIDIA driver on this node: vLLM %s's default build %s; "
-            "the GPU check will be skipped" % (version, _describe(published[default]))
-        )
+        build = next((name for name in order if not wheel_why[name]), "none")
+        if build == default:
+            why = (
+                "no NVIDIA driver on this node: vLLM %s's default build %s; "
+                "the GPU check will be skipped" % (version, _describe(published[default]))
+            )
+        elif build != "none":
+            why = (
+                "no NVIDIA driver on this node, and it cannot take the wheel of vLLM %s's default build "
+                "%s (%s): %s instead; the GPU check will be skipped"
+                % (version, default, "; ".join(wheel_why[default]), _describe(published[build]))
+            )
+        else:
+            why = "no build of vLLM %s can be installed on this node: %s" % (
+                version,
+                "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in BUILDS),
+            )
     else:
-        order = [default] + [name for name in BUILDS if name != default and name in published]
         build = next((name for name in order if runnable[name]), "none")
         if build == default:
             why = "this node runs vLLM %s's default build %s" % (version, _describe(published[build]))
@@ -351,6 +607,8 @@ def choose(facts, version, requested="auto"):
                 version,
                 "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in BUILDS),
             )
+    if build != "none" and not blocked:
+        warnings += wheel_warnings(version, published[build], facts, published)
 
     return {
         "version": version,
@@ -362,5 +620,6 @@ def choose(facts, version, requested="auto"):
         "why": why,
         "skip_gpu_check": build == "none" or not driver or not gpus,
         "warnings": warnings,
+        "blocked": blocked,
         "source": published.get(build),
     }

@@ -24,6 +24,14 @@ description:
   - With O(version), also returns which build of vLLM that version this node should get
     (O(build)), from the collection's build table; the
     P(llmfleet.engines.engine_build_plan#filter) filter gives the same answer from these facts.
+  - That choice also compares the node's glibc and machine architecture with the wheel of each
+    build (its manylinux tag, and the architectures it is built for), before anything is
+    downloaded. A build whose wheel the node cannot take (uv would compile vLLM from its source
+    instead) is not runnable; V(auto) takes one whose wheel fits or V(none), and an explicit
+    V(cu13) or V(cu129) gets RV(choice.blocked), the reason and what to do. The module reports
+    it as a warning and does not fail; the P(llmfleet.engines.engine_build_plan#filter) filter's
+    caller (the C(engine_node) role) fails that node. A glibc that is not known (musl, or not
+    reported) rules nothing out and gets a warning.
   - With O(link), also reports where that symbolic link points (RV(link)), so that a role
     learns the node's GPUs and its current engine environment in one module call.
   - Read-only; changes nothing on the node.
@@ -71,7 +79,8 @@ options:
     description:
       - Build asked for, used with O(version).
       - V(auto) picks from the facts; V(cu13) and V(cu129) are honoured (with warnings when the
-        facts say the node cannot run them); V(none) means no engine on this node.
+        facts say the node cannot run them, and RV(choice.blocked) when the node cannot take
+        their wheel); V(none) means no engine on this node.
     type: str
     default: auto
     choices: [auto, cu13, cu129, none]
@@ -307,7 +316,10 @@ choice:
       type: dict
       sample: {cu13: false, cu129: true}
     reasons:
-      description: For V(cu13) and V(cu129), why this node cannot run it (empty when it can).
+      description:
+        - For V(cu13) and V(cu129), why this node cannot run it (empty when it can), its wheel
+          first (no wheel for the node's machine architecture, or a manylinux tag that needs a
+          newer glibc than the node's), then the driver and the GPUs.
       type: dict
       sample: {cu13: ["driver 535.104.05 is older than 580, which CUDA 13 needs"], cu129: []}
     why:
@@ -317,14 +329,29 @@ choice:
       description: True when there is no GPU to check on (no driver, no GPU, or build V(none)).
       type: bool
     warnings:
-      description: Why an explicitly requested build may not run here.
+      description:
+        - Why an explicitly requested build may not run here; that the node's glibc is not known
+          (so its wheel was not checked); that the table does not know the manylinux tag of the
+          chosen build's wheel while another build of the version needs a newer glibc than the
+          node's.
       type: list
       elements: str
+    blocked:
+      description:
+        - Null, unless O(build) names a build whose wheel this node cannot take (no wheel for its
+          machine architecture, or a manylinux tag above its glibc); then why, and what to do
+          (another version, the other build, a newer OS). Installing it would make uv compile
+          vLLM from its source. Never set for V(auto), which takes another build or V(none).
+      type: str
+      sample: >-
+        vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, x86_64): glibc 2.31 is
+        older than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs; ...
     source:
       description: >-
         Where the chosen build comes from (C(origin) pypi or github, C(cuda), C(requirement),
-        C(github) repo, tag and asset C(pattern), C(torch_index), C(torch_label), C(requires));
-        null for V(none). See the P(llmfleet.engines.engine_builds#filter) filter.
+        C(github) repo, tag and asset C(pattern), C(torch_index), C(torch_label), C(requires),
+        C(wheel) architectures, manylinux tag and glibc); null for V(none). See the
+        P(llmfleet.engines.engine_builds#filter) filter.
       type: dict
 """
 
@@ -370,6 +397,8 @@ def main():
             module.fail_json(msg="choosing the build of vLLM %s: %s" % (params["version"], exc), **result)
         for warning in result["choice"]["warnings"]:
             module.warn(warning)
+        if result["choice"]["blocked"]:
+            module.warn(result["choice"]["blocked"])
 
     if params["python"]:
         python = params["python"]

@@ -155,8 +155,10 @@ T4 = gpu(1, "Tesla T4", "7.5")
 V100 = gpu(1, "Tesla V100-SXM2-32GB", "7.0")
 
 
-def node(driver, *gpus, arch="x86_64"):
-    return {"driver_version": driver, "cuda_version": None, "gpus": list(gpus), "architecture": arch}
+def node(driver, *gpus, arch="x86_64", glibc="2.36"):
+    """gpu_probe's facts; glibc 2.36 (Debian 12) takes every wheel the table knows."""
+    return {"driver_version": driver, "cuda_version": None, "gpus": list(gpus), "architecture": arch,
+            "glibc": glibc}
 
 
 CHOICES = [
@@ -273,8 +275,10 @@ def test_an_architecture_without_github_wheels_rules_the_github_build_out():
     choice = _builds.choose(node("535.104.05", A100, arch="ppc64le"), "0.20.0")
     assert choice["build"] == "none"
     assert any("machine architecture ppc64le" in r for r in choice["reasons"]["cu129"])
-    # the PyPI build is not affected: it is the index's business to have a wheel
-    assert _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.20.0")["build"] == "cu13"
+    # 0.20.0's PyPI wheels are x86_64 and aarch64 only (FACTS.md): PyPI's build is ruled out too
+    assert _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.20.0")["build"] == "none"
+    # 0.15.1's PyPI architectures are not known: nothing rules its PyPI build out
+    assert _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.15.1")["build"] == "cu129"
 
 
 def test_choose_does_not_change_its_input():
@@ -290,3 +294,242 @@ def test_without_facts_nothing_rules_a_build_out_and_the_pattern_waits_for_the_a
     assert choice["runnable"] == {"cu13": True, "cu129": True}
     assert choice["source"]["github"]["pattern"] is None
     assert choice["skip_gpu_check"] is True
+
+
+# --- wheels against the node's glibc and architecture ---------------------------------------
+
+# FACTS.md, "Measured 2026-12-01": PyPI's wheel of 0.20.0 is manylinux_2_35, of 0.21.0
+# manylinux_2_24, from 0.22.0 on manylinux_2_28 (measured up to 0.33.0), x86_64 and aarch64 from
+# 0.20.0 on; 0.11.0 from real PyPI (tests/network/test_real_pypi.py). None: not known.
+WHEEL_TABLE = [
+    # (version, origin, arch, manylinux tag, glibc, architectures with wheels)
+    ("0.20.0", "pypi", "x86_64", "manylinux_2_35", "2.35", ["aarch64", "x86_64"]),
+    ("0.20.0", "pypi", "aarch64", "manylinux_2_35", "2.35", ["aarch64", "x86_64"]),
+    ("0.20.0", "pypi", "arm64", "manylinux_2_35", "2.35", ["aarch64", "x86_64"]),
+    ("0.20.0", "pypi", None, "manylinux_2_35", "2.35", ["aarch64", "x86_64"]),
+    ("0.20.0", "pypi", "ppc64le", None, None, ["aarch64", "x86_64"]),
+    ("0.21.0", "pypi", "x86_64", "manylinux_2_24", "2.24", ["aarch64", "x86_64"]),
+    ("0.21.0", "pypi", "aarch64", "manylinux_2_24", "2.24", ["aarch64", "x86_64"]),
+    ("0.22.0", "pypi", "x86_64", "manylinux_2_28", "2.28", ["aarch64", "x86_64"]),
+    ("0.23.0", "pypi", "aarch64", "manylinux_2_28", "2.28", ["aarch64", "x86_64"]),
+    ("0.33.0", "pypi", "x86_64", "manylinux_2_28", "2.28", ["aarch64", "x86_64"]),
+    # patch releases FACTS.md does not name: architectures known, tags not
+    ("0.20.1", "pypi", "x86_64", None, None, ["aarch64", "x86_64"]),
+    ("0.21.1", "pypi", "x86_64", None, None, ["aarch64", "x86_64"]),
+    # 0.11.1 - 0.19.x: nothing known
+    ("0.11.1", "pypi", "x86_64", None, None, None),
+    ("0.15.1", "pypi", "aarch64", None, None, None),
+    ("0.19.2", "pypi", "x86_64", None, None, None),
+    ("0.11.0", "pypi", "x86_64", "manylinux1", "2.5", ["aarch64", "x86_64"]),
+    ("0.11.0", "pypi", "aarch64", "manylinux2014", "2.17", ["aarch64", "x86_64"]),
+    ("0.11.0", "pypi", None, None, None, ["aarch64", "x86_64"]),  # the two tags differ
+    # the GitHub release: both architectures, tags not known
+    ("0.20.0", "github", "x86_64", None, None, ["aarch64", "x86_64"]),
+    ("0.15.1", "github", "aarch64", None, None, ["aarch64", "x86_64"]),
+]
+
+
+@pytest.mark.parametrize("version, origin, arch, tag, glibc, arches", WHEEL_TABLE)
+def test_wheel_table_matches_facts(version, origin, arch, tag, glibc, arches):
+    assert _builds.wheel(version, origin, arch) == {"arches": arches, "manylinux": tag, "glibc": glibc}
+
+
+def test_the_build_table_carries_each_build_s_wheel():
+    table = _builds.builds("0.20.0", "x86_64")
+    assert table["cu13"]["wheel"] == {"arches": ["aarch64", "x86_64"], "manylinux": "manylinux_2_35", "glibc": "2.35"}
+    assert table["cu129"]["wheel"] == {"arches": ["aarch64", "x86_64"], "manylinux": None, "glibc": None}
+    assert _builds.builds("0.22.0", "aarch64")["cu13"]["wheel"]["manylinux"] == "manylinux_2_28"
+
+
+def test_the_table_agrees_with_the_files_real_pypi_lists_for_0_11_0():
+    """vLLM 0.11.0's files as measured on the real PyPI (the network tests check them there)."""
+    from tests.network.test_real_pypi import FILES
+
+    wheels = [name for name, (kind, _time) in FILES.items() if kind == "bdist_wheel"]
+    found = {}
+    for name in wheels:
+        platform = name[:-len(".whl")].split("-")[-1]          # manylinux1_x86_64
+        tag, arch = re.match(r"^(.*?)_(x86_64|aarch64)$", platform).groups()
+        found[arch] = tag
+    assert found == {"x86_64": "manylinux1", "aarch64": "manylinux2014"}
+    for arch, tag in found.items():
+        assert _builds.wheel("0.11.0", "pypi", arch)["manylinux"] == tag
+    assert _builds.wheel("0.11.0", "pypi")["arches"] == sorted(found)
+
+
+@pytest.mark.parametrize("tag, glibc", [
+    ("manylinux_2_35", "2.35"), ("manylinux_2_28_x86_64", "2.28"), ("manylinux_2_24_aarch64", "2.24"),
+    ("manylinux1", "2.5"), ("manylinux1_x86_64", "2.5"), ("manylinux2010_x86_64", "2.12"),
+    ("manylinux2014_aarch64", "2.17"), ("MANYLINUX_2_31", "2.31"),
+    ("musllinux_1_1_x86_64", None), ("linux_x86_64", None), ("manylinux2", None), ("", None), (None, None),
+])
+def test_manylinux_tags_give_their_glibc(tag, glibc):
+    assert _builds.manylinux_glibc(tag) == glibc
+
+
+# Ubuntu 20.04 has glibc 2.31, RHEL 8 2.28, Ubuntu 22.04 2.35, CentOS 7 2.17, Debian 12 2.36.
+FITS = [
+    # (glibc, arch, version, does PyPI's build fit?)
+    ("2.31", "x86_64", "0.20.0", False),
+    ("2.28", "x86_64", "0.20.0", False),
+    ("2.34", "aarch64", "0.20.0", False),
+    ("2.35", "x86_64", "0.20.0", True),
+    ("2.36", "aarch64", "0.20.0", True),
+    ("2.31", "x86_64", "0.21.0", True),
+    ("2.23", "x86_64", "0.21.0", False),
+    ("2.24", "x86_64", "0.21.0", True),
+    ("2.28", "x86_64", "0.22.0", True),     # equal to the floor: fits
+    ("2.27", "x86_64", "0.22.0", False),
+    ("2.28", "aarch64", "0.33.0", True),
+    ("2.17", "x86_64", "0.11.0", True),
+    ("2.17", "aarch64", "0.11.0", True),
+    ("2.12", "aarch64", "0.11.0", False),
+    ("2.17", "x86_64", "0.15.1", True),     # not known: nothing rules it out
+    ("2.17", "x86_64", "0.20.1", True),     # not known: nothing rules it out
+]
+
+
+@pytest.mark.parametrize("glibc, arch, version, fits", FITS)
+def test_auto_checks_the_pypi_wheel_against_glibc(glibc, arch, version, fits):
+    choice = _builds.choose(node("580.65.06", H100, arch=arch, glibc=glibc), version)
+    default = choice["default"]
+    assert choice["runnable"][default] is fits
+    glibc_reasons = [r for r in choice["reasons"][default] if "glibc %s is older than" % glibc in r]
+    assert bool(glibc_reasons) is not fits, choice["reasons"]
+    assert choice["blocked"] is None   # auto never blocks: it takes another build or none
+    if fits:
+        assert choice["build"] == default
+
+
+def test_auto_on_ubuntu_20_04_takes_the_github_build_and_says_why():
+    choice = _builds.choose(node("580.65.06", H100, glibc="2.31"), "0.20.0")
+    assert (choice["build"], choice["source"]["origin"], choice["blocked"]) == ("cu129", "github", None)
+    assert choice["reasons"]["cu13"] == [
+        "glibc 2.31 is older than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs"]
+    assert choice["why"] == (
+        "this node cannot run vLLM 0.20.0's default build cu13 (glibc 2.31 is older than 2.35, which "
+        "vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs): cu129 (CUDA 12.9, from the GitHub release) instead")
+    # the GitHub wheel's tag is not known: not ruled out, but said
+    assert choice["warnings"] == [
+        "the build table does not know which glibc vLLM 0.20.0's cu129 wheel on the GitHub release needs, "
+        "and vLLM 0.20.0's cu13 wheel on PyPI needs 2.35, newer than this node's 2.31: if this one needs it "
+        "too, uv cannot install it"]
+
+
+def test_auto_without_a_wheel_that_fits_takes_none_with_the_reason():
+    # ppc64le: no build of 0.20.0 has a wheel for it
+    choice = _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.20.0")
+    assert (choice["build"], choice["source"], choice["blocked"]) == ("none", None, None)
+    assert choice["runnable"] == {"cu13": False, "cu129": False}
+    assert choice["why"].startswith("no build of vLLM 0.20.0 runs on this node: cu13: vLLM 0.20.0's cu13 "
+                                    "wheel on PyPI is built for aarch64 and x86_64 only, not for machine "
+                                    "architecture ppc64le; cu129: ")
+    # glibc too old for the PyPI wheel and a driver too old for the GitHub build
+    choice = _builds.choose(node("535.104.05", A100, glibc="2.31"), "0.20.0")
+    assert choice["build"] == "cu129"
+    choice = _builds.choose(node("580.65.06", H100, glibc="2.31"), "0.21.0")
+    assert choice["build"] == "cu13"   # 0.21.0 is manylinux_2_24: fits
+    choice = _builds.choose(node("580.65.06", H100, V100, glibc="2.31"), "0.20.0")
+    assert choice["build"] == "none" and "glibc 2.31 is older than 2.35" in choice["why"]
+
+
+def test_auto_without_a_driver_also_takes_a_wheel_that_fits():
+    choice = _builds.choose(node(None, glibc="2.31"), "0.20.0")
+    assert (choice["build"], choice["source"]["origin"], choice["skip_gpu_check"]) == ("cu129", "github", True)
+    assert choice["why"].startswith("no NVIDIA driver on this node, and it cannot take the wheel of vLLM "
+                                    "0.20.0's default build cu13 (glibc 2.31 is older than 2.35")
+    assert choice["why"].endswith("cu129 (CUDA 12.9, from the GitHub release) instead; the GPU check will be skipped")
+    choice = _builds.choose(node(None, arch="s390x"), "0.20.0")
+    assert choice["build"] == "none" and choice["why"].startswith("no build of vLLM 0.20.0 can be installed on this node")
+    assert _builds.choose(node(None, glibc="2.35"), "0.20.0")["build"] == "cu13"
+
+
+def test_an_explicit_build_whose_wheel_does_not_fit_is_blocked():
+    choice = _builds.choose(node("580.65.06", H100, glibc="2.31"), "0.20.0", "cu13")
+    assert choice["build"] == "cu13" and choice["source"]["origin"] == "pypi"
+    assert choice["runnable"]["cu13"] is False
+    assert choice["blocked"] == (
+        "vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, x86_64): glibc 2.31 is older "
+        "than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs. Without a wheel that "
+        "fits, uv would have to compile vLLM from its source (an hour or more). To go on: choose a vLLM "
+        "version whose PyPI wheel this node takes (engine_node_version 0.22.0 or newer, 0.21.0 or 0.11.0); "
+        "or set engine_node_build to cu129 or auto (the wheel of cu129, CUDA 12.9 from the GitHub release, "
+        "is not ruled out); or upgrade the node's OS to one with glibc 2.35 or newer."
+    )
+    assert choice["why"].startswith("build cu13 was asked for, but this node cannot take its wheel: glibc 2.31")
+    # the wheel's reason is in blocked, not repeated as a warning
+    assert choice["warnings"] == []
+
+
+def test_a_blocked_explicit_build_keeps_its_gpu_warnings():
+    choice = _builds.choose(node("535.104.05", A100, glibc="2.28"), "0.20.0", "cu13")
+    assert choice["blocked"].startswith("vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.28, x86_64)")
+    assert choice["warnings"] == [
+        "build cu13 was asked for, but this node may not run it: driver 535.104.05 is older than 580, which CUDA 13 needs"]
+
+
+@pytest.mark.parametrize("glibc, arch, versions", [
+    ("2.28", "aarch64", "engine_node_version 0.22.0 or newer, 0.21.0 or 0.11.0"),   # RHEL 8 on ARM
+    ("2.17", "x86_64", "engine_node_version 0.11.0)"),                               # CentOS 7
+])
+def test_the_blocked_message_names_the_versions_that_fit(glibc, arch, versions):
+    blocked = _builds.choose(node("580.65.06", H100, arch=arch, glibc=glibc), "0.20.0", "cu13")["blocked"]
+    assert "(glibc %s, %s)" % (glibc, arch) in blocked and versions in blocked
+    assert blocked.endswith("or upgrade the node's OS to one with glibc 2.35 or newer.")
+
+
+def test_an_explicit_build_without_a_wheel_for_the_architecture_is_blocked():
+    for build in ("cu13", "cu129"):
+        choice = _builds.choose(node("580.65.06", H100, arch="ppc64le"), "0.20.0", build)
+        assert choice["build"] == build
+        assert choice["blocked"].startswith(
+            "vLLM 0.20.0 build %s cannot be installed on this node (glibc 2.36, ppc64le): vLLM 0.20.0's %s "
+            "wheel on %s is built for aarch64 and x86_64 only, not for machine architecture ppc64le."
+            % (build, build, "PyPI" if build == "cu13" else "the GitHub release"))
+        # no version, no other build, no OS upgrade helps
+        assert choice["blocked"].endswith("To go on: set engine_node_build to none for this node.")
+
+
+def test_an_explicit_build_that_fits_is_not_blocked():
+    for glibc, version in (("2.35", "0.20.0"), ("2.31", "0.21.0"), ("2.28", "0.22.0"), ("2.17", "0.11.0")):
+        choice = _builds.choose(node("580.65.06", H100, glibc=glibc), version, _builds.default_build(version))
+        assert choice["blocked"] is None and choice["warnings"] == [], (glibc, version)
+    # a GitHub wheel whose tag is not known is not blocked
+    assert _builds.choose(node("580.65.06", H100, glibc="2.17"), "0.20.0", "cu129")["blocked"] is None
+
+
+@pytest.mark.parametrize("facts_glibc, said", [
+    ({"glibc": None}, "its C library is not glibc, such as musl, or its version could not be read"),
+    ({}, "the facts do not say"),
+])
+@pytest.mark.parametrize("requested", ["auto", "cu13"])
+def test_an_unknown_glibc_is_warned_not_blocked(facts_glibc, said, requested):
+    facts = {k: v for k, v in node("580.65.06", H100).items() if k != "glibc"}
+    facts.update(facts_glibc)
+    choice = _builds.choose(facts, "0.20.0", requested)
+    assert (choice["build"], choice["blocked"], choice["runnable"]["cu13"]) == ("cu13", None, True)
+    assert choice["warnings"] == [
+        "this node's glibc is not known (%s), so it was not checked against vLLM 0.20.0's cu13 wheel on PyPI "
+        "(manylinux_2_35), which needs glibc 2.35 or newer; on a node without it uv cannot install that wheel" % said]
+
+
+def test_an_unknown_glibc_against_an_unknown_tag_says_nothing():
+    choice = _builds.choose(node("580.65.06", H100, glibc=None), "0.15.1")
+    assert choice["build"] == "cu129" and choice["warnings"] == [] and choice["blocked"] is None
+
+
+def test_an_unknown_architecture_rules_no_wheel_out():
+    facts = {k: v for k, v in node("580.65.06", H100, glibc="2.36").items() if k != "architecture"}
+    choice = _builds.choose(facts, "0.20.0", "cu13")
+    assert choice["blocked"] is None and choice["source"]["wheel"]["manylinux"] == "manylinux_2_35"
+    # ... but the glibc is still checked against the tag both architectures share
+    facts["glibc"] = "2.31"
+    assert _builds.choose(facts, "0.20.0", "cu13")["blocked"] is not None
+
+
+def test_the_fallback_is_not_offered_to_a_build_whose_wheel_does_not_fit():
+    # the role retries auto's other build only where the plan says it is runnable
+    choice = _builds.choose(node("580.65.06", H100, glibc="2.31"), "0.15.1")
+    assert choice["runnable"] == {"cu13": True, "cu129": True}    # 0.15.1's tags are not known
+    choice = _builds.choose(node("580.65.06", H100, glibc="2.34"), "0.20.0")
+    assert choice["build"] == "cu129" and choice["runnable"]["cu13"] is False

@@ -112,6 +112,50 @@ def test_an_explicit_build_the_node_cannot_run_warns(case, capsys):
     ]
 
 
+@pytest.fixture
+def node_glibc(monkeypatch):
+    """The node's glibc as gpu_probe reads it (os.confstr), replaced: an older OS, or musl (None)."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+
+    def use(version):
+        monkeypatch.setattr(_gpu, "glibc_version", lambda: version)
+    return use
+
+
+def test_an_explicit_build_whose_wheel_the_node_cannot_take_is_blocked_and_warned(case, node_glibc, capsys):
+    case("h100-580")
+    node_glibc("2.31")   # Ubuntu 20.04; vLLM 0.20.0's PyPI wheel is manylinux_2_35
+    code, result, _out = probe(capsys, version="0.20.0", build="cu13")
+    assert code == 0 and "failed" not in result and result["glibc"] == "2.31"
+    choice = result["choice"]
+    assert choice["build"] == "cu13" and choice["runnable"]["cu13"] is False
+    assert choice["blocked"].startswith(
+        "vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, %s): glibc 2.31 is older than "
+        "2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs." % result["architecture"])
+    assert warnings_text(result) == [choice["blocked"]]
+
+
+def test_auto_takes_a_build_whose_wheel_fits(case, node_glibc, capsys):
+    case("h100-580")
+    node_glibc("2.31")
+    code, result, _out = probe(capsys, version="0.20.0")
+    choice = result["choice"]
+    assert (choice["build"], choice["source"]["origin"], choice["blocked"]) == ("cu129", "github", None)
+    assert "glibc 2.31 is older than 2.35" in choice["why"]
+    code, result, _out = probe(capsys, version="0.21.0")   # manylinux_2_24: fits
+    assert result["choice"]["build"] == "cu13" and result["choice"]["blocked"] is None
+
+
+def test_an_unknown_glibc_is_warned_not_blocked(case, node_glibc, capsys):
+    case("h100-580")
+    node_glibc(None)   # musl, or a glibc whose version could not be read
+    code, result, _out = probe(capsys, version="0.20.0", build="cu13")
+    assert code == 0 and result["glibc"] is None
+    assert result["choice"]["blocked"] is None and result["choice"]["build"] == "cu13"
+    (warning,) = warnings_text(result)
+    assert warning.startswith("this node's glibc is not known (its C library is not glibc, such as musl")
+
+
 @pytest.mark.parametrize("version, build, fragment", [
     ("0.10.1", "auto", "choosing the build of vLLM 0.10.1: vLLM 0.10.1 is older than the oldest version"),
     ("0.11.0", "cu13", "choosing the build of vLLM 0.11.0: vLLM 0.11.0 publishes no cu13 build"),

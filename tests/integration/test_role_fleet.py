@@ -610,3 +610,62 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     assert not re.search(r"<script|<link|src=|url\(|@import|https?://", html), "the page must not load anything"
     for host in ("a100", "h100", "off"):
         assert f"<td>{host}</td>" in html
+
+
+def other_os_python(tmp: pathlib.Path, name: str, glibc: str | None = None, arch: str | None = None) -> str:
+    """An ``ansible_python_interpreter`` for a simulated node on another OS than this machine's.
+
+    A test-side hook only (the collection has none): the wrapper runs the tool venv's Python with a
+    ``sitecustomize`` that changes what gpu_probe reads, the glibc ``os.confstr`` gives and the
+    architecture ``platform.machine()`` gives, and nothing else.
+    """
+    site = tmp / "other-os" / name
+    site.mkdir(parents=True)
+    lines = ["import os", "import platform"]
+    if glibc is not None:
+        lines += [
+            "_confstr = os.confstr",
+            "def _fake_confstr(key):",
+            "    if key in ('CS_GNU_LIBC_VERSION', os.confstr_names.get('CS_GNU_LIBC_VERSION')):",
+            f"        return 'glibc {glibc}'",
+            "    return _confstr(key)",
+            "os.confstr = _fake_confstr",
+        ]
+    if arch is not None:
+        lines += [f"platform.machine = lambda: {arch!r}"]
+    (site / "sitecustomize.py").write_text("\n".join(lines) + "\n")
+    wrapper = site / "python"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv_index, tmp_path):
+    nodes = {
+        # Ubuntu 20.04 (glibc 2.31) asking for cu13 of vLLM 0.20.0, whose PyPI wheel is manylinux_2_35
+        "focal": ("h100-580", {"engine_node_build": "cu13",
+                               "ansible_python_interpreter": other_os_python(tmp_path, "focal", glibc="2.31")}),
+        # ppc64le: vLLM 0.20.0 has no wheel for it anywhere; auto takes none and says why
+        "power": ("h100-580", {"ansible_python_interpreter": other_os_python(tmp_path, "power", arch="ppc64le")}),
+    }
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    upstream.clear_log()
+    run = fleet.play("site.yml")
+    assert run.rc != 0, run
+    recap = run.recap()
+    assert (recap["focal"]["failed"], recap["power"]["failed"]) == (1, 0), run
+
+    failed = re.search(r"^fatal: \[focal\]: FAILED! => (\{.*\})$", run.out, re.M)
+    message = json.loads(failed.group(1))["msg"]
+    assert message.startswith(
+        "focal: vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, %s): glibc 2.31 is older "
+        "than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs." % ARCH), message
+    assert "upgrade the node's OS to one with glibc 2.35 or newer" in message
+    assert run.ran()["Stop when this node cannot take the wheel of vLLM 0.20.0 cu13"] == ["focal"], run.ran()
+    assert "power: no engine is installed on this node: no build of vLLM 0.20.0 runs on this node" in run.out
+    assert "not for machine architecture ppc64le" in run.out
+
+    # before any look-up or download: nothing asked upstream, nothing written on the nodes
+    assert upstream.log() == [] and uv_index.requests == []
+    assert not fleet.roots["focal"].exists() and not fleet.roots["power"].exists()
+

@@ -3,9 +3,10 @@
 The fake upstream (``tests/upstream``) has no uv in its catalogue, and the role installs uv from
 a PyPI-compatible index (``engine_node_uv_index_url``): it takes ``uv-<v>.data/scripts/uv`` out of
 the manylinux wheel of the node's architecture, checked against the sha256 the index lists. This
-index answers ``/pypi/uv/json``, ``/pypi/uv/<v>/json`` and ``/files/<name>`` with such a wheel,
-built from a uv binary on this machine (the tool venv's), so that the binary also runs inside a
-container, where the machine's paths do not exist.
+index answers ``/pypi/uv/json`` and ``/files/<name>`` with such a wheel, built from a uv binary
+on this machine (the tool venv's), so that the binary also runs inside a container, where the
+machine's paths do not exist. Like the PyPI these machines reach, it answers 404 for the release
+JSON ``/pypi/uv/<v>/json``.
 
 Python API::
 
@@ -75,7 +76,7 @@ def uv_wheel(binary: pathlib.Path, version: str, arch: str) -> tuple[str, bytes]
 
 
 class UvIndex:
-    """``/pypi/uv[/<version>]/json`` and ``/files/<name>`` on 127.0.0.1, with a request log."""
+    """``/pypi/uv/json`` and ``/files/<name>`` on 127.0.0.1, with a request log (``/pypi/uv/<v>/json``: 404)."""
 
     def __init__(self, binary: pathlib.Path, host: str = "127.0.0.1", port: int = 0):
         self.binary = pathlib.Path(binary)
@@ -138,7 +139,7 @@ class UvIndex:
         path = path.split("?", 1)[0]
         if path.startswith("/files/") and path[len("/files/"):] in self.files:
             return 200, "application/octet-stream", self.files[path[len("/files/"):]]
-        if path.rstrip("/") in (f"/pypi/uv/{self.version}/json", "/pypi/uv/json"):
+        if path.rstrip("/") == "/pypi/uv/json":
             files = self.release()
             doc = {
                 "info": {"name": "uv", "version": self.version, "yanked": False, "yanked_reason": None},

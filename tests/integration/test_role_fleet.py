@@ -78,12 +78,26 @@ def uv_wheels(version: str = UV_VERSION) -> dict[str, bytes]:
     }
 
 
+def tampered(wheel: bytes) -> bytes:
+    """The same wheel with another archive comment: it still unpacks to the same working uv, so
+    only its sha256 tells it from the one the index lists."""
+    buf = io.BytesIO(wheel)
+    with zipfile.ZipFile(buf, "a") as archive:
+        archive.comment = b"tampered on the way"
+    return buf.getvalue()
+
+
 class UvIndex:
-    """``/pypi/uv/<version>/json`` and ``/files/<name>`` on 127.0.0.1, logging every request."""
+    """``/pypi/uv/json`` and ``/files/<name>`` on 127.0.0.1, logging every request.
+
+    Like the PyPI these machines reach, ``/pypi/uv/<version>/json`` answers 404. A file named in
+    ``tampered`` is served with other bytes than the sha256 the JSON lists (a tampered download).
+    """
 
     def __init__(self, files: dict[str, bytes], version: str = UV_VERSION):
         self.files = files
         self.version = version
+        self.tampered: set[str] = set()
         self.requests: list[str] = []
         index = self
 
@@ -116,8 +130,9 @@ class UvIndex:
 
     def answer(self, path: str):
         if path.startswith("/files/") and path[7:] in self.files:
-            return self.files[path[7:]], "application/octet-stream", 200
-        if path.rstrip("/") in (f"/pypi/uv/{self.version}/json", "/pypi/uv/json"):
+            data = self.files[path[7:]]
+            return (tampered(data) if path[7:] in self.tampered else data), "application/octet-stream", 200
+        if path.rstrip("/") == "/pypi/uv/json":
             urls = [
                 {
                     "filename": name,
@@ -411,8 +426,9 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     gh = github_requests(upstream)
     assert gh.count("/github/api/repos/vllm-project/vllm/releases/tags/v0.20.0") == 1, gh
     pypi = [r["path"] for r in upstream.log() if r["path"].startswith("/pypi/")]
-    assert pypi == ["/pypi/vllm/0.20.0/json"], pypi
-    assert [p for p in uv_index.requests if "/pypi/" in p] == [f"GET /pypi/uv/{UV_VERSION}/json"]
+    # the release JSON answers 404, as on the PyPI these machines reach: the project JSON answers
+    assert pypi == ["/pypi/vllm/0.20.0/json", "/pypi/vllm/json"], pypi
+    assert [p for p in uv_index.requests if "/pypi/" in p] == [f"GET /pypi/uv/{UV_VERSION}/json", "GET /pypi/uv/json"]
     # Progress was shown while building: the step and its seconds.
     steps = "|".join(["creating the Python environment", "resolving dependencies",
                       "downloading and installing packages", "checking that vLLM imports"])
@@ -669,3 +685,48 @@ def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv
     assert upstream.log() == [] and uv_index.requests == []
     assert not fleet.roots["focal"].exists() and not fleet.roots["power"].exists()
 
+
+def test_tampered_uv_wheel_is_refused_by_its_checksum(upstream, tmp_path):
+    """The uv wheel's bytes are not those whose sha256 the index lists: the node fails on the
+    checksum and has no uv, no environment. The tampered wheel unpacks to a working uv, so only
+    the checksum of the download stops it."""
+    files = uv_wheels()
+    index = UvIndex(files).start()
+    try:
+        [wheel] = [n for n in files if f"manylinux_2_17_{ARCH}." in n]
+        index.tampered.add(wheel)
+        fleet = Fleet(tmp_path, upstream, index, {"h100": NODES["h100"]})
+        run = fleet.play("site.yml")
+    finally:
+        index.stop()
+    assert run.rc != 0, run
+    assert run.recap()["h100"]["failed"] == 1, run
+    assert f"GET /files/{wheel}" in index.requests  # downloaded, then refused
+    listed, served = hashlib.sha256(files[wheel]).hexdigest(), hashlib.sha256(tampered(files[wheel])).hexdigest()
+    assert listed != served
+    assert re.search(r"fatal: \[h100\]: FAILED!.*The checksum for \S+ did not match %s; it was %s\." % (listed, served),
+                     run.out), run
+    assert "h100: vllm 0.20.0 was not installed" in run.out, run
+    uv_dir = fleet.roots["h100"] / "uv" / UV_VERSION
+    assert not (uv_dir / "uv").exists() and not (uv_dir / wheel).exists()
+    assert list(uv_dir.iterdir()) == [], list(uv_dir.iterdir())
+    assert fleet.envs("h100") == [] and fleet.current("h100") is None
+
+
+def test_lock_check_refuses_pypis_torch_for_a_github_build(upstream, uv_index, tmp_path):
+    """Without the lift of torch's cut-off, the torch index's 2.11.0+cu129 is dropped (the index
+    dates only its newest torch, as PyTorch's does) and unsafe-best-match takes PyPI's torch, the
+    CUDA 13 build: the role's lock check (expect) refuses that lock, and nothing is installed."""
+    nodes = {"a100": ("a100-535", {"engine_node_torch_exclude_newer_package": {},
+                                   "engine_node_check_env": {"FAKE_TORCH_CUDA": "ok"}})}
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    run = fleet.play("site.yml")
+    assert run.rc != 0, run
+    assert run.recap()["a100"]["failed"] == 1, run
+    assert re.search(r"resolved torch 2\.11\.0 from %s/simple .*but expect wants the local label \+cu129"
+                     % re.escape(upstream.url), run.out), run
+    assert "a100: vllm 0.20.0 was not installed" in run.out, run
+    assert fleet.envs("a100") == [] and fleet.current("a100") is None
+    # the resolution ran (torch's files were listed), no torch was downloaded to install
+    paths = [r["path"] for r in upstream.log() if not r["path"].endswith(".metadata")]
+    assert "/torch/cu129/torch/" in paths and not any(p.startswith(("/files/torch", "/torch/files/")) for p in paths)

@@ -238,6 +238,20 @@ def format_time(stamp):
 
 
 # -- the look-up --------------------------------------------------------------------------------
+_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def listed_sha256(value):
+    """The sha256 an index lists for a file, lower case; None unless it is 64 hex digits.
+
+    The JSON APIs put the bare hex under a ``sha256`` key: a value with an algorithm in front
+    (``md5:<64 hex>``, or even ``sha256:<hex>``), or of another length, is no sha256 to pin by.
+    """
+    if isinstance(value, str) and _SHA256_HEX.match(value):
+        return value.lower()
+    return None
+
+
 def _as_int(value):
     try:
         return int(value)
@@ -254,7 +268,7 @@ def _file_from_json_api(entry, base_url, project):
     return {
         "filename": filename,
         "url": urljoin(base_url, entry.get("url") or ""),
-        "sha256": (digests.get("sha256") or None),
+        "sha256": listed_sha256(digests.get("sha256")),
         "size": _as_int(entry.get("size")),
         "packagetype": entry.get("packagetype") or (parsed[1] if parsed else None),
         "upload_time": format_time(stamp) if stamp else None,
@@ -271,7 +285,7 @@ def _file_from_simple(entry, base_url, packagetype):
     return {
         "filename": entry.get("filename") or "",
         "url": urljoin(base_url, entry.get("url") or ""),
-        "sha256": hashes.get("sha256") or None,
+        "sha256": listed_sha256(hashes.get("sha256")),
         "size": _as_int(entry.get("size")),
         "packagetype": packagetype,
         "upload_time": format_time(stamp) if stamp else None,

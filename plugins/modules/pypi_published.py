@@ -75,8 +75,8 @@ attributes:
     description: Needs only Python and network access to the index; usually run on the controller.
 notes:
   - C(changed) is always V(false).
-  - The sha256 of a file is what the index lists for it; a file the index gives no sha256 for is
-    returned with RV(files[].sha256=null).
+  - The sha256 of a file is what the index lists for it; a file the index gives no sha256 for, or a
+    value that is not 64 hex digits (such as V(md5:<hex>)), is returned with RV(files[].sha256=null).
 seealso:
   - module: llmfleet.engines.github_digest
   - name: PyPI JSON API
@@ -137,7 +137,7 @@ files:
       description: Where the file downloads from (absolute).
       type: str
     sha256:
-      description: The sha256 the index lists for the file, or null when it lists none.
+      description: The sha256 the index lists for the file, or null when it lists none (or not as 64 hex digits).
       type: str
     size:
       description: Size in bytes, when the index gives it.

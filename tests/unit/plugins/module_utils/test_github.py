@@ -125,6 +125,45 @@ def test_digest_of_another_algorithm_needs_a_checksum_file(fake):
         lookup(asset=X86)
 
 
+@pytest.mark.parametrize("digest", [
+    "md5:" + "a" * 64,  # 64 hex digits, but not named sha256
+    "sha512:" + "a" * 64,
+    "a" * 64,  # no algorithm at all
+    "sha256:" + "a" * 63,
+    "sha256:" + "g" * 64,
+    "sha256:",
+    "",
+    None,
+])
+def test_digest_sha256_refuses_what_is_not_a_sha256_digest(digest):
+    assert _github.digest_sha256(digest) is None
+
+
+@pytest.mark.parametrize("digest, expected", [
+    ("sha256:" + "a" * 64, "a" * 64),
+    ("SHA256:" + "AB" * 32, "ab" * 32),
+])
+def test_digest_sha256_takes_a_sha256_digest(digest, expected):
+    assert _github.digest_sha256(digest) == expected
+
+
+def test_digest_named_md5_with_64_hex_digits_is_refused(fake):
+    server, _sleeps = fake
+    server.add(release_url("v0.15.1"), Reply(200, release("v0.15.1", [asset(X86, "md5:" + HEX[X86])])))
+    with pytest.raises(_github.UnpinnedAssetError) as exc:
+        lookup(asset=X86)
+    assert "refusing an unpinned file" in exc.value.msg
+
+
+def test_digest_named_md5_gives_way_to_the_checksum_file(fake):
+    server, _sleeps = fake
+    other = "e" * 64
+    server.add(release_url("v0.15.1"), Reply(200, release("v0.15.1", [asset(X86, "md5:" + other), asset("sha256sum.txt")])))
+    server.add(download("v0.15.1", "sha256sum.txt"), Reply(200, body=("%s  %s\n" % (HEX[X86], X86)).encode()))
+    result = lookup(asset=X86)
+    assert (result["sha256"], result["digest_source"]) == (HEX[X86], "sha256sum.txt")
+
+
 def test_no_digest_and_no_checksum_file_refuses(fake):
     server, _sleeps = fake
     server.add(release_url("v0.11.2"), Reply(200, release("v0.11.2", [asset(X86), asset(ARM)])))

@@ -163,6 +163,46 @@ def test_both_json_apis_404_fall_back_to_simple_json_filtered_by_file_name(fake)
     assert result["files"][1]["size"] == 2000 + len("vllm-0.11.0.tar.gz")
 
 
+# -- a sha256 is 64 hex digits, nothing else ---------------------------------------------------------
+NOT_SHA256 = [
+    "md5:" + "a" * 64,  # another algorithm's name in front of 64 hex digits
+    "sha256:" + "a" * 64,  # the JSON APIs list the bare hex
+    "a" * 32,  # an md5
+    "a" * 63,
+    "g" * 64,
+    "",
+    None,
+    64,
+]
+
+
+@pytest.mark.parametrize("value", NOT_SHA256)
+def test_listed_sha256_refuses_what_is_not_64_hex_digits(value):
+    assert _pypi.listed_sha256(value) is None
+
+
+def test_listed_sha256_is_lower_case():
+    assert _pypi.listed_sha256("AbC" + "0" * 61) == "abc" + "0" * 61
+
+
+def test_release_json_digest_named_md5_is_no_sha256(fake):
+    server, _sleeps = fake
+    bad = [dict(FILES_0110[0], digests={"sha256": "md5:" + SHA["whl"]})] + FILES_0110[1:]
+    server.add(RELEASE, Reply(200, release_json(bad)))
+    result = run()
+    assert [f["sha256"] for f in result["files"]] == [None, SHA["arm"], SHA["sdist"]]
+
+
+def test_simple_json_digest_named_md5_is_no_sha256(fake):
+    server, _sleeps = fake
+    files = [simple_file("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "md5:" + SHA["whl"], "2025-10-02T20:00:00Z"),
+             simple_file("vllm-0.11.0.tar.gz", SHA["sdist"], "2025-10-02T20:10:00Z")]
+    server.add(SIMPLE, Reply(200, simple_json(files), content_type=SIMPLE_TYPE))
+    result = run()
+    assert result["source"] == "simple_json"
+    assert [f["sha256"] for f in result["files"]] == [None, SHA["sdist"]]
+
+
 def test_simple_url_overrides_the_default_location(fake):
     server, _sleeps = fake
     server.add("http://other.test/+simple/vllm/", Reply(200, simple_json(), content_type=SIMPLE_TYPE))

@@ -288,6 +288,8 @@ KINDS = (
     ("torch_index", "/torch/"),
     ("github_api", "/github/api/"),
     ("github_download", "/github/download/"),
+    # github.com redirects a download to a signed URL elsewhere (here /github-objects/...)
+    ("github_objects", "/github-objects/"),
 )
 
 
@@ -312,7 +314,9 @@ class Traffic:
             return 0
         path = urllib.parse.unquote(entry["path"])
         name = path.rsplit("/", 1)[-1]
-        if request_kind(path) in ("pypi_files", "torch_files", "github_download") and name in self.sizes:
+        if request_kind(path) == "github_objects":  # the name is in the signed URL's query
+            name = (urllib.parse.parse_qs(entry.get("query") or "").get("filename") or [""])[0]
+        if request_kind(path) in ("pypi_files", "torch_files", "github_objects") and name in self.sizes:
             return self.sizes[name]
         accept = (entry.get("headers") or {}).get("Accept", "*/*")
         key = (entry.get("raw_path") or entry["path"], accept)

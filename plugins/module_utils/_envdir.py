@@ -17,7 +17,7 @@ import shutil
 import sys
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import NotAnEnvironment, SwitchFailed
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, strip_userinfo
 
 MARKER_NAME = ".llmfleet-engine.json"
 LOCK_FILE_NAME = "llmfleet-requirements.txt"
@@ -25,7 +25,11 @@ MARKER_FORMAT = 1
 
 
 def wanted_spec(params, uv_version):
-    """The spec the marker records and a re-run compares: what decides the content."""
+    """The spec the marker records and a re-run compares: what decides the content.
+
+    URLs without their credentials: the marker is world-readable, and a rotated token must not
+    rebuild the environment.
+    """
     wheel = params.get("wheel")
     return {
         "engine": params["engine"],
@@ -33,12 +37,12 @@ def wanted_spec(params, uv_version):
         "build": params.get("build"),
         "requirements": list(params.get("requirements") or []),
         "wheel": (
-            {"url": wheel["url"].split("#", 1)[0], "sha256": normalize_sha256(wheel["sha256"])}
+            {"url": strip_userinfo(wheel["url"].split("#", 1)[0]), "sha256": normalize_sha256(wheel["sha256"])}
             if wheel
             else None
         ),
-        "index_url": params.get("index_url"),
-        "extra_index_url": list(params.get("extra_index_url") or []),
+        "index_url": strip_userinfo(params.get("index_url")),
+        "extra_index_url": [strip_userinfo(url) for url in params.get("extra_index_url") or []],
         "index_strategy": params.get("index_strategy"),
         "exclude_newer": params["exclude_newer"],
         "exclude_newer_package": {

@@ -11,39 +11,59 @@ from __future__ import annotations
 
 import os
 import re
+from urllib.parse import quote, unquote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import OptionError
 
-# Environment variables that would change what uv resolves or how it checks files. The node's
-# configuration must not decide what is installed (UV_NO_CONFIG=1 covers the files; these are
-# the variables). Network settings (proxies, certificates, timeouts) are left alone.
-RESOLUTION_ENV = (
-    "UV_INDEX",
-    "UV_DEFAULT_INDEX",
-    "UV_INDEX_URL",
-    "UV_EXTRA_INDEX_URL",
-    "UV_FIND_LINKS",
-    "UV_NO_INDEX",
-    "UV_INDEX_STRATEGY",
-    "UV_EXCLUDE_NEWER",
-    "UV_PRERELEASE",
-    "UV_RESOLUTION",
-    "UV_CONSTRAINT",
-    "UV_OVERRIDE",
-    "UV_BUILD_CONSTRAINT",
-    "UV_TORCH_BACKEND",
-    "UV_NO_BINARY",
-    "UV_NO_BINARY_PACKAGE",
-    "UV_NO_BUILD",
-    "UV_NO_BUILD_PACKAGE",
-    "UV_PYTHON",
-    "UV_SYSTEM_PYTHON",
-    "UV_BREAK_SYSTEM_PACKAGES",
-    "UV_REQUIRE_HASHES",
-    "UV_VERIFY_HASHES",
-    "UV_NO_VERIFY_HASHES",
-    "UV_CONFIG_FILE",
-    "UV_CUSTOM_COMPILE_COMMAND",
+# The only UV_* variables a uv command inherits from the node. Every other one is dropped
+# (``scrub_environ``): uv reads dozens, and many change what is installed or how files are
+# checked (UV_LINK_MODE, UV_SKIP_WHEEL_FILENAME_CHECK, UV_INSECURE_NO_ZIP_VALIDATION,
+# UV_NO_BUILD_ISOLATION, UV_PYTHON_INSTALL_MIRROR, ...); a denylist misses the next one uv adds.
+# Those kept tune how uv talks to the network, never what it installs, which the flow pins by
+# hashes anyway:
+#   UV_HTTP_TIMEOUT, UV_REQUEST_TIMEOUT (its older name), UV_HTTP_CONNECT_TIMEOUT,
+#   UV_HTTP_RETRIES        a slow or flaky mirror needs more patience than uv's defaults;
+#   UV_NATIVE_TLS, UV_SYSTEM_CERTS
+#                          trust the system's CA store, as a site with its own CA for its mirror
+#                          needs (like SSL_CERT_FILE, which is not UV_* and is kept too);
+#   UV_CONCURRENT_DOWNLOADS, UV_CONCURRENT_INSTALLS
+#                          how much uv does at once, which a node may cap to spare its link or disk.
+# Not UV_* and so kept as well: HTTP_PROXY, HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE, SSL_CERT_DIR.
+KEPT_UV_ENV = (
+    "UV_HTTP_TIMEOUT",
+    "UV_REQUEST_TIMEOUT",
+    "UV_HTTP_CONNECT_TIMEOUT",
+    "UV_HTTP_RETRIES",
+    "UV_NATIVE_TLS",
+    "UV_SYSTEM_CERTS",
+    "UV_CONCURRENT_DOWNLOADS",
+    "UV_CONCURRENT_INSTALLS",
+)
+
+# How uv puts files from its cache into the environment: uv's own default on Linux
+# (copy-on-write where the filesystem has it, else hard links, else a copy). Set, so that a
+# node's UV_LINK_MODE=symlink cannot tie the environment to a cache the flow deletes.
+LINK_MODE = "clone"
+
+# The names under which an index whose URL carries credentials is given to uv
+# (``--default-index NAME=URL``, ``--index NAME=URL``); uv reads that index's credentials from
+# UV_INDEX_<NAME>_USERNAME and UV_INDEX_<NAME>_PASSWORD.
+DEFAULT_INDEX_NAME = "llmfleet-default"
+EXTRA_INDEX_NAME = "llmfleet-extra-%d"
+
+# scheme://userinfo@ at the start of a URL, anywhere in a text
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
+
+# uv refusing for lack of a wheel it may install (with --no-build), as uv 0.13 words it:
+#   "Because vllm==0.20.0 has no wheels with a matching platform tag (e.g., `manylinux_2_17_x86_64`)"
+#   "Because vllm==0.11.0 has no usable wheels"
+#   "Wheels are required for `vllm` because building from source is disabled"
+#   "Building source distributions is disabled, but attempted to build `vllm`"
+_NO_WHEEL = (
+    re.compile(r"(?<![\w.-])(?P<pkg>[A-Za-z0-9][A-Za-z0-9._-]*(?:==[^\s,]+)?) has no "
+               r"(?P<why>usable wheels|wheels with a matching [A-Za-z ]*?tag(?: \(e\.g\., `[^`]+`\))?)"),
+    re.compile(r"attempted to build `(?P<pkg>[^`]+)`"),
+    re.compile(r"Wheels are required for `(?P<pkg>[^`]+)`"),
 )
 
 VERIFY_SNIPPET = (
@@ -90,24 +110,165 @@ def exclude_newer_package_args(per_package):
     return args
 
 
-def index_args(index_url=None, extra_index_url=None, index_strategy=None):
-    """The index options, the same for compile and install."""
-    args = []
+# -- credentials in URLs -----------------------------------------------------------------------
+
+
+def split_userinfo(url):
+    """``https://user:token@host/simple`` -> (``https://host/simple``, ``user``, ``token``).
+
+    User and password come percent-decoded, None where the URL has none; a URL without
+    credentials (or a local path) comes back unchanged.
+    """
+    if not url:
+        return url, None, None
+    match = _USERINFO.match(url)
+    if not match:
+        return url, None, None
+    user, sep, password = match.group(2).partition(":")
+    clean = match.group(1) + url[match.end():]
+    return clean, unquote(user) or None, (unquote(password) or None) if sep else None
+
+
+def strip_userinfo(url):
+    """The URL without its credentials: what the marker records and the logs may show."""
+    return split_userinfo(url)[0]
+
+
+def url_secrets(*urls):
+    """The secrets the URLs carry: each password, or the user where there is no password (a
+    token given as the user, ``https://TOKEN@host/``)."""
+    found = set()
+    for url in urls:
+        _clean, user, password = split_userinfo(url)
+        if password:
+            found.add(password)
+        elif user:
+            found.add(user)
+    return found
+
+
+def param_secrets(params):
+    """``url_secrets`` of every URL option of uv_engine_env."""
+    return url_secrets(params.get("index_url"), params.get("python_install_mirror"),
+                       (params.get("wheel") or {}).get("url"), *(params.get("extra_index_url") or []))
+
+
+def redact(value, secrets=()):
+    """Credentials out of a text, or of every text in a list or dict: the userinfo of any URL,
+    and any of ``secrets`` (as given or percent-encoded) wherever it appears; a secret shorter
+    than 4 characters is left to the URL rule (replacing it everywhere would garble the text)."""
+    if isinstance(value, dict):
+        return {k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, secrets) for v in value]
+    if not isinstance(value, str):
+        return value
+    text = _USERINFO.sub(r"\1", value)
+    for secret in sorted(secrets or (), key=len, reverse=True):
+        for form in {secret, quote(secret, safe="")}:
+            if len(form) >= 4:
+                text = text.replace(form, "********")
+    return text
+
+
+def _named_indexes(index_url=None, extra_index_url=None):
+    """``(flag, name, url)`` of each index, in the order uv is given them."""
+    found = []
     if index_url:
-        args += ["--index-url", index_url]
-    for url in extra_index_url or []:
-        args += ["--extra-index-url", url]
+        found.append(("--default-index", DEFAULT_INDEX_NAME, index_url))
+    for number, url in enumerate(extra_index_url or [], 1):
+        found.append(("--index", EXTRA_INDEX_NAME % number, url))
+    return found
+
+
+def _env_name(index_name):
+    return "UV_INDEX_%s" % re.sub(r"[^A-Z0-9]", "_", index_name.upper())
+
+
+def index_args(index_url=None, extra_index_url=None, index_strategy=None):
+    """The index options, the same for compile and install.
+
+    ``--default-index`` and ``--index`` (uv's names for ``--index-url`` and
+    ``--extra-index-url``, same precedence). An index whose URL carries credentials is given
+    without them, named (``NAME=URL``): uv takes them from ``index_credentials``' variables,
+    so they are never on a command line (which any user of the node can read).
+    """
+    args = []
+    for flag, name, url in _named_indexes(index_url, extra_index_url):
+        clean, user, password = split_userinfo(url)
+        args += [flag, "%s=%s" % (name, clean) if user or password else clean]
     if index_strategy:
         args += ["--index-strategy", index_strategy]
     return args
 
 
+def index_credentials(index_url=None, extra_index_url=None):
+    """``UV_INDEX_<NAME>_USERNAME`` / ``_PASSWORD`` for each index whose URL carries them.
+
+    uv sends them to that index, and to any URL on the same host, port and scheme (its files
+    and, measured with uv 0.13, a wheel URL there); not to other hosts.
+    """
+    env = {}
+    for _flag, name, url in _named_indexes(index_url, extra_index_url):
+        _clean, user, password = split_userinfo(url)
+        if user:
+            env[_env_name(name) + "_USERNAME"] = user
+        if password:
+            env[_env_name(name) + "_PASSWORD"] = password
+    return env
+
+
+def _realm(url):
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return (parts.scheme.lower(), (parts.hostname or "").lower(),
+            port or {"http": 80, "https": 443}.get(parts.scheme.lower()))
+
+
+def check_wheel_credentials(wheel_url, index_url=None, extra_index_url=None):
+    """A wheel URL may carry credentials only when an index on its host carries the same ones.
+
+    uv writes a direct URL's credentials into the lock; so the wheel is resolved from its URL
+    without them, and uv authenticates the download with the credentials of an index on the
+    same host (``index_credentials``). Raises OptionError when no index there has them.
+    """
+    clean, user, password = split_userinfo(wheel_url)
+    if not (user or password):
+        return
+    for url in [index_url] + list(extra_index_url or []):
+        index_clean, index_user, index_password = split_userinfo(url)
+        if index_clean and _realm(index_clean) == _realm(clean) and (index_user, index_password) == (user, password):
+            return
+    scheme, host, port = _realm(clean)
+    raise OptionError(
+        "wheel.url carries credentials, and no index_url or extra_index_url on %s://%s:%s carries the same: "
+        "uv would write them into the lock file. Give them with an index on that host "
+        "(https://USER:TOKEN@%s/...), whose credentials uv also sends for the wheel, or serve the wheel "
+        "without credentials." % (scheme, host, port, host))
+
+
 def engine_requirement(engine, version, wheel=None):
-    """The engine's requirement line: a pin, or the wheel's URL pinned by its sha256."""
+    """The engine's requirement line: a pin, or the wheel's URL (without credentials) pinned by
+    its sha256."""
     if wheel:
-        url = wheel["url"].split("#", 1)[0]
+        url = strip_userinfo(wheel["url"].split("#", 1)[0])
         return "%s @ %s#sha256=%s" % (engine, url, normalize_sha256(wheel["sha256"]))
     return "%s==%s" % (engine, version)
+
+
+def no_wheel(output):
+    """What uv's output says it found no installable wheel of (``vllm==0.20.0``), and why; or
+    None when the failure is something else. Under ``--no-build`` this is how a node whose
+    platform (glibc, architecture, Python) no wheel fits shows up."""
+    for pattern in _NO_WHEEL:
+        match = pattern.search(output or "")
+        if match:
+            why = match.groupdict().get("why")
+            return match.group("pkg"), why
+    return None
 
 
 def requirement_lines(engine, version, requirements=None, wheel=None):
@@ -117,24 +278,29 @@ def requirement_lines(engine, version, requirements=None, wheel=None):
     ]
 
 
-def uv_environ(cache_dir, python_install_dir, python_preference, python_install_mirror=None):
-    """The environment every uv command runs with."""
+def uv_environ(cache_dir, python_install_dir, python_preference, python_install_mirror=None,
+               credentials=None):
+    """The environment every uv command runs with (on top of the scrubbed process environment):
+    everything the flow needs set explicitly, and the indexes' credentials (``index_credentials``)."""
     env = {
         "UV_CACHE_DIR": cache_dir,
         "UV_PYTHON_INSTALL_DIR": python_install_dir,
         "UV_NO_CONFIG": "1",
         "UV_PYTHON_PREFERENCE": python_preference,
+        "UV_LINK_MODE": LINK_MODE,
         "NO_COLOR": "1",
     }
     if python_install_mirror:
         env["UV_PYTHON_INSTALL_MIRROR"] = python_install_mirror
+    env.update(credentials or {})
     return env
 
 
 def scrub_environ(environ=None):
-    """Drop the node's resolution-changing uv variables from this (module) process."""
+    """Drop every UV_* variable but ``KEPT_UV_ENV`` from this (module) process's environment,
+    which the commands it runs inherit. Returns the names dropped, sorted."""
     environ = os.environ if environ is None else environ
-    removed = [name for name in RESOLUTION_ENV if name in environ]
+    removed = sorted(name for name in environ if name.startswith("UV_") and name not in KEPT_UV_ENV)
     for name in removed:
         del environ[name]
     return removed
@@ -145,7 +311,7 @@ def venv_argv(uv, python, target):
 
 
 def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, indexes=(), header=None):
-    argv = [uv, "pip", "compile", "--generate-hashes", "--emit-index-annotation",
+    argv = [uv, "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--no-build",
             "--exclude-newer", exclude_newer]
     argv += exclude_newer_package_args(per_package)
     argv += list(indexes)
@@ -156,7 +322,7 @@ def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, ind
 
 
 def install_argv(uv, python_bin, lock_path, indexes=()):
-    return [uv, "pip", "install", "--python", python_bin, "--require-hashes", "--no-deps",
+    return [uv, "pip", "install", "--python", python_bin, "--require-hashes", "--no-deps", "--no-build",
             "-r", lock_path] + list(indexes)
 
 

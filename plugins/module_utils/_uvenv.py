@@ -46,7 +46,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
     UvEnvError, UvUnusable, VenvFailed, VerifyFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock, Progress, read_progress, utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
-    compile_argv, index_args, install_argv, parse_uv_version, requirement_lines, resolve_command,
+    check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
+    param_secrets, parse_uv_version, redact, requirement_lines, resolve_command, strip_userinfo,
     uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
@@ -111,12 +112,30 @@ class EngineEnv:
         self.clock = clock
         self.gpu = gpu or gpu_step
         self.steps = []
+        # what the URLs' credentials are, to keep them out of everything the flow reports
+        self.secrets = param_secrets(params)
 
     # -- pieces ------------------------------------------------------------------------------
 
     def uv_env(self):
         return uv_environ(self.cache_dir, self.python_install_dir, self.p["python_preference"],
-                          self.p.get("python_install_mirror"))
+                          self.p.get("python_install_mirror"),
+                          index_credentials(self.p.get("index_url"), self.p.get("extra_index_url")))
+
+    def _no_wheel_msg(self, what, output):
+        """uv refused for lack of a wheel (``--no-build``): say so, with the node's platform."""
+        found = no_wheel(output)
+        if not found:
+            return None
+        package, why = found
+        glibc = _gpu.glibc_version()
+        node = _gpu.architecture() + (", glibc %s" % glibc if glibc else "")
+        return ("%s failed: this node (%s) cannot take a wheel of %s%s, and no source builds are done "
+                "(uv runs with --no-build: building an engine from source takes hours, and its build "
+                "dependencies are neither pinned nor checked). Choose a build whose wheel fits this "
+                "node, or a node that fits the wheel. uv: %s. The environment at %s is unchanged."
+                % (what, node, package, " (%s)" % why if why else "",
+                   redact(tail(output), self.secrets), self.path))
 
     def uv_version(self):
         if not self.uv or not os.path.isfile(self.uv) or not os.access(self.uv, os.X_OK):
@@ -171,6 +190,8 @@ class EngineEnv:
         t0 = self.clock()
         uv_version = self.uv_version()
         wanted = wanted_spec(self.p, uv_version)
+        if self.p.get("wheel"):
+            check_wheel_credentials(self.p["wheel"]["url"], self.p.get("index_url"), self.p.get("extra_index_url"))
         if not self.check_mode:
             os.makedirs(self.parent, exist_ok=True)
         lock = self._lock(shared=self.check_mode, create=not self.check_mode)
@@ -260,12 +281,14 @@ class EngineEnv:
 
             def uv(step, argv, error, what, data=None):
                 res = run(argv, data=data, env=env, cwd=self.parent, timeout=remaining(step))
+                output = redact(tail(res.output), self.secrets)
                 if res.timed_out:
-                    raise InstallTimeout(self._timeout_msg(step), uv_output=tail(res.output))
+                    raise InstallTimeout(self._timeout_msg(step), uv_output=output)
                 if res.rc != 0:
-                    raise error("%s failed (uv exit %s): %s. The environment at %s is unchanged; the uv "
-                                "cache is kept." % (what, res.rc, tail(res.output), self.path),
-                                uv_output=tail(res.output), cmd=argv)
+                    raise error(self._no_wheel_msg(what, res.output) or
+                                "%s failed (uv exit %s): %s. The environment at %s is unchanged; the uv "
+                                "cache is kept." % (what, res.rc, output, self.path),
+                                uv_output=output, cmd=redact(argv, self.secrets))
                 return res
 
             with timed("prepare"):
@@ -290,7 +313,9 @@ class EngineEnv:
                    data="\n".join(reqs))
                 with open(lock_file, encoding="utf-8") as handle:
                     entries = parse_lock(handle.read())
-                problems = check_engine(entries, p["engine"], p["version"], p.get("wheel"))
+                wheel = p.get("wheel")
+                problems = check_engine(entries, p["engine"], p["version"], dict(
+                    wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
                 unmet = check_expect(entries, p.get("expect"))
                 if problems or unmet:
                     hint = ""

@@ -289,7 +289,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import ModuleRunner
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import param_secrets, redact, scrub_environ
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv
 
 
@@ -336,6 +336,11 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    # Credentials in the URLs go to uv through its environment only; they are masked wherever
+    # Ansible prints the module's arguments (invocation), and taken out of what the module returns
+    # (an old marker's spec, uv's output), URL userinfo included.
+    secrets = param_secrets(params)
+    module.no_log_values.update(secrets)
     scrub_environ()
     uv = params["uv"]
     if params["state"] == "present" and not uv:
@@ -350,7 +355,8 @@ def main():
         else:
             result = flow.absent(diff=module._diff)
     except UvEnvError as exc:
-        module.fail_json(msg=exc.msg, path=flow.path, steps=flow.steps, **exc.details)
+        module.fail_json(**redact(dict(exc.details, msg=exc.msg, path=flow.path, steps=flow.steps), secrets))
+    result = redact(result, secrets)
     if result.get("diff") is None:
         result.pop("diff", None)
     module.exit_json(**result)

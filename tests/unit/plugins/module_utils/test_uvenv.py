@@ -87,7 +87,7 @@ def test_exclude_newer_package_args():
 def test_index_args():
     assert _uvcmd.index_args() == []
     assert _uvcmd.index_args(INDEX, [TORCH_INDEX, "http://x"], "unsafe-best-match") == [
-        "--index-url", INDEX, "--extra-index-url", TORCH_INDEX, "--extra-index-url", "http://x",
+        "--default-index", INDEX, "--index", TORCH_INDEX, "--index", "http://x",
         "--index-strategy", "unsafe-best-match"]
 
 
@@ -104,14 +104,14 @@ def test_argv_of_each_uv_command():
         "/uv", "venv", "--relocatable", "--no-project", "--python", "3.12", "/e.partial"]
     assert _uvcmd.compile_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", CUTOFF, {"torch": False}, idx,
                                "hdr") == [
-        "/uv", "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--exclude-newer", CUTOFF,
-        "--exclude-newer-package", "torch=false",
-        "--index-url", INDEX, "--extra-index-url", TORCH_INDEX, "--index-strategy", "unsafe-best-match",
+        "/uv", "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--no-build",
+        "--exclude-newer", CUTOFF, "--exclude-newer-package", "torch=false",
+        "--default-index", INDEX, "--index", TORCH_INDEX, "--index-strategy", "unsafe-best-match",
         "--custom-compile-command", "hdr",
         "--python", "/e.partial/bin/python", "--output-file", "/e.partial/lock", "-"]
     assert _uvcmd.install_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", idx) == [
-        "/uv", "pip", "install", "--python", "/e.partial/bin/python", "--require-hashes", "--no-deps",
-        "-r", "/e.partial/lock", "--index-url", INDEX, "--extra-index-url", TORCH_INDEX,
+        "/uv", "pip", "install", "--python", "/e.partial/bin/python", "--require-hashes", "--no-deps", "--no-build",
+        "-r", "/e.partial/lock", "--default-index", INDEX, "--index", TORCH_INDEX,
         "--index-strategy", "unsafe-best-match"]
 
 
@@ -121,9 +121,11 @@ def test_uv_environ_and_scrub():
     assert env["UV_NO_CONFIG"] == "1" and env["UV_PYTHON_PREFERENCE"] == "only-system"
     assert "UV_PYTHON_INSTALL_MIRROR" not in env
     assert _uvcmd.uv_environ("/c", "/p", "only-managed", "file:///m")["UV_PYTHON_INSTALL_MIRROR"] == "file:///m"
-    environ = {"UV_INDEX_URL": "http://evil", "UV_NO_VERIFY_HASHES": "1", "UV_HTTP_TIMEOUT": "60", "PATH": "/bin"}
-    assert sorted(_uvcmd.scrub_environ(environ)) == ["UV_INDEX_URL", "UV_NO_VERIFY_HASHES"]
-    assert environ == {"UV_HTTP_TIMEOUT": "60", "PATH": "/bin"}
+    assert env["UV_LINK_MODE"] == "clone"
+    environ = {"UV_INDEX_URL": "http://evil", "UV_NO_VERIFY_HASHES": "1", "UV_HTTP_TIMEOUT": "60", "PATH": "/bin",
+               "UV_SKIP_WHEEL_FILENAME_CHECK": "1", "HTTPS_PROXY": "http://proxy:3128"}
+    assert _uvcmd.scrub_environ(environ) == ["UV_INDEX_URL", "UV_NO_VERIFY_HASHES", "UV_SKIP_WHEEL_FILENAME_CHECK"]
+    assert environ == {"UV_HTTP_TIMEOUT": "60", "PATH": "/bin", "HTTPS_PROXY": "http://proxy:3128"}
 
 
 def test_resolve_command(tmp_path):
@@ -499,7 +501,7 @@ def test_build_runs_every_step_and_writes_the_marker(tmp_path, uv_bin):
     # the compile got the requirements on stdin and the same indexes as the install
     _kind, argv, data, env_vars, timeout = fake.call("compile")
     assert data == "vllm==0.11.0"
-    assert argv[argv.index("--index-url") + 1] == INDEX
+    assert argv[argv.index("--default-index") + 1] == INDEX
     assert env_vars["UV_CACHE_DIR"] == str(tmp_path / "engines" / "vllm" / ".uv-cache")
     assert env_vars["UV_PYTHON_INSTALL_DIR"] == str(tmp_path / "engines" / "vllm" / ".uv-python")
     assert 0 < timeout <= 300
@@ -599,7 +601,7 @@ def test_github_wheel_build(tmp_path, uv_bin):
     assert result["lock"]["packages"]["torch"] == "2.11.0+cu129"
     assert fake.call("compile")[2] == "vllm @ %s#sha256=%s" % (WHEEL_URL, WHEEL_SHA)
     install = fake.call("install")[1]
-    assert install[install.index("--extra-index-url") + 1] == TORCH_INDEX
+    assert install[install.index("--index") + 1] == TORCH_INDEX
     assert result["marker"]["spec"]["wheel"] == {"url": WHEEL_URL, "sha256": WHEEL_SHA}
 
 

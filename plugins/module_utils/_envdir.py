@@ -4,8 +4,14 @@
 """Private to the llmfleet.engines collection; not a public API.
 
 The environment directory of the uv flow: its marker (``.llmfleet-engine.json``) and the spec
-it records, whether it is intact, the switch of a new environment into place, and the leftovers
-(``<path>.partial``, ``<path>.old``) of a run that was killed.
+it records, whether it is intact, the switch of a new environment into place, the leftovers
+(``<path>.partial``, ``<path>.old``) of a run that was killed, uv's cache directory, and the
+filesystems a build writes to.
+
+A leftover is touched only when it carries this module's mark: the marker of an environment it
+built, or the token (``.llmfleet-build.json``, naming ``path``) it writes into ``<path>.partial``
+when it creates it, before ``uv venv`` fills it. Anything else at those names is left alone and
+reported. uv's cache is removed entry by entry, and only what uv puts there.
 """
 
 from __future__ import annotations
@@ -13,15 +19,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
+import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import NotAnEnvironment, SwitchFailed
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+    CleanupFailed, NotAnEnvironment, SwitchFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, strip_userinfo
 
 MARKER_NAME = ".llmfleet-engine.json"
 LOCK_FILE_NAME = "llmfleet-requirements.txt"
 MARKER_FORMAT = 1
+# Written into <path>.partial when this module creates it, before uv fills it; it stays in the
+# environment. It names the path the partial is built for.
+BUILD_TOKEN_NAME = ".llmfleet-build.json"
 
 
 def wanted_spec(params, uv_version):
@@ -149,29 +161,69 @@ def available_gb(directory):
     return st.f_bavail * st.f_frsize / float(1 << 30)
 
 
+def nearest_existing(path):
+    """``path`` or its nearest ancestor that exists (where a directory to be made will live)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def filesystem_of(directory):
+    """The device id of the filesystem ``directory`` is on."""
+    return os.stat(directory).st_dev
+
+
 def marker_json(marker):
     return json.dumps(marker, indent=2, sort_keys=True) + "\n" if marker else ""
 
 
 def remove_tree(path):
-    """Delete a file, link or directory tree; missing is fine. True if something was there."""
+    """Delete a file, link or directory tree; missing is fine. True if something was there.
+
+    An entry that cannot be removed or read for want of permission is retried once after making
+    its directory (and itself, when a directory) 0o700, only inside the tree: nothing above
+    ``path``, its parent included, is ever changed; a failure there is raised as it is.
+    """
     if not os.path.lexists(path):
         return False
     if os.path.isdir(path) and not os.path.islink(path):
+        top = os.path.abspath(path)
+        retried = set()
 
-        def _retry_writable(func, target, _exc):
+        def inside(target):
+            return target == top or target.startswith(top.rstrip(os.sep) + os.sep)
+
+        def _retry_writable(func, target, exc):
+            error = exc[1] if isinstance(exc, tuple) else exc
+            target = os.path.abspath(target)
             parent = os.path.dirname(target)
-            os.chmod(parent, 0o700)
+            writing = func in (os.rmdir, os.unlink, os.remove)
+            # removing an entry needs its directory: never chmod the directory above the tree
+            if target in retried or not inside(target) or (writing and not inside(parent)):
+                raise error
+            retried.add(target)
+            if inside(parent):
+                os.chmod(parent, 0o700)
             if os.path.isdir(target) and not os.path.islink(target):
                 os.chmod(target, 0o700)
+                if not writing:  # it could not be read: its entries are still there
+                    _rmtree(target)
+                    return
             func(target)
 
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=_retry_writable)  # pylint: disable=unexpected-keyword-arg
-        else:
-            shutil.rmtree(path, onerror=_retry_writable)  # pylint: disable=deprecated-argument
-    else:
-        os.unlink(path)
+        def _rmtree(target):
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(target, onexc=_retry_writable)  # pylint: disable=unexpected-keyword-arg
+            else:
+                shutil.rmtree(target, onerror=_retry_writable)  # pylint: disable=deprecated-argument
+
+        _rmtree(path)
+        return True
+    os.unlink(path)
     return True
 
 
@@ -197,18 +249,77 @@ def write_json_atomic(path, data):
     os.replace(tmp, path)
 
 
+def _read_json(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def carries_our_mark(directory, path):
+    """Whether ``directory``, a leftover beside the environment ``path``, is this module's.
+
+    It is when it is a directory (not a link) holding the marker of an environment this module
+    built, or the build token naming ``path`` that this module writes into ``<path>.partial``
+    when it creates it.
+    """
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return False
+    marker = _read_json(os.path.join(directory, MARKER_NAME))
+    if isinstance(marker, dict) and isinstance(marker.get("spec"), dict):
+        return True
+    token = _read_json(os.path.join(directory, BUILD_TOKEN_NAME))
+    return isinstance(token, dict) and token.get("path") == path
+
+
+def _empty_dir(directory):
+    try:
+        return not os.path.islink(directory) and os.path.isdir(directory) and not os.listdir(directory)
+    except OSError:
+        return False
+
+
+def start_partial(partial, path):
+    """Create ``partial`` for a build of ``path`` with the build token in it (before uv fills it).
+
+    Fails (FileExistsError) when anything is at ``partial``: leftovers are dealt with before.
+    """
+    os.mkdir(partial, 0o755)
+    write_json_atomic(os.path.join(partial, BUILD_TOKEN_NAME), {
+        "path": path, "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
 def switch_into_place(partial, path, rename=os.rename):
     """Move an old environment aside, rename the partial in, then delete the old one.
 
     Between the two renames ``path`` is missing for a moment; if the second rename fails the
     old environment is renamed back. A run killed in that window leaves ``<path>.old``, which
-    ``recover_debris`` puts back.
+    the next run puts back (``pending_debris``). Something at ``<path>.old`` that is not this
+    module's is never removed: the switch is refused before anything moves.
+
+    Returns warnings: once the partial is in place the switch has happened, and a failure to
+    delete the old environment is reported, not raised.
     """
     old = path + ".old"
     had_old = os.path.lexists(path)
     if had_old:
-        remove_tree(old)
-        rename(path, old)
+        if os.path.lexists(old):
+            if not carries_our_mark(old, path):
+                raise SwitchFailed(
+                    "%s is in the way of the switch and is not a leftover of this module (no %s nor "
+                    "%s in it): it is left alone and nothing was switched. Move it away and run again."
+                    % (old, MARKER_NAME, BUILD_TOKEN_NAME))
+            try:
+                remove_tree(old)
+            except OSError as exc:
+                raise SwitchFailed("removing the leftover %s before the switch failed (%s); nothing was "
+                                   "switched" % (old, exc))
+        try:
+            rename(path, old)
+        except OSError as exc:
+            raise SwitchFailed("moving %s aside to %s failed (%s); nothing was switched" % (path, old, exc))
     try:
         rename(partial, path)
     except OSError as exc:
@@ -218,24 +329,130 @@ def switch_into_place(partial, path, rename=os.rename):
             "renaming %s to %s failed (%s); the previous environment is back in place" % (partial, path, exc)
         )
     _fsync_dir(os.path.dirname(path))
+    warnings = []
     if had_old:
-        remove_tree(old)
+        try:
+            remove_tree(old)
+        except OSError as exc:
+            warnings.append("the new environment is in place at %s, but the previous one, moved to %s, "
+                            "could not be removed (%s); remove it by hand, or let the next run do it"
+                            % (path, old, exc))
+    return warnings
 
 
 def pending_debris(path):
-    """What a killed run left: ``[(action, path)]`` with action restore/remove."""
+    """What a killed run of this module left: ``[(action, path)]`` with action restore/remove.
+
+    Only leftovers that carry this module's mark (``carries_our_mark``) are listed, and an empty
+    ``<path>.partial`` directory (a run killed between creating it and writing its token): it
+    holds nothing to lose. ``foreign_debris`` lists the others.
+    """
     actions = []
     old = path + ".old"
-    if os.path.lexists(old):
+    if os.path.lexists(old) and carries_our_mark(old, path):
         actions.append(("remove" if os.path.lexists(path) else "restore", old))
-    if os.path.lexists(path + ".partial"):
-        actions.append(("remove", path + ".partial"))
+    partial = path + ".partial"
+    if os.path.lexists(partial) and (carries_our_mark(partial, path) or _empty_dir(partial)):
+        actions.append(("remove", partial))
     return actions
 
 
+def foreign_debris(path):
+    """``<path>.old`` and ``<path>.partial`` when something is there that is not this module's."""
+    ours = [target for _action, target in pending_debris(path)]
+    return [target for target in (path + ".old", path + ".partial")
+            if os.path.lexists(target) and target not in ours]
+
+
+def foreign_debris_warning(target):
+    return ("%s is not a leftover of this module (it holds neither %s nor %s naming this path): "
+            "left alone; move it away if it is not needed" % (target, MARKER_NAME, BUILD_TOKEN_NAME))
+
+
 def clear_debris(path, actions):
+    """Restore or remove what ``pending_debris`` listed; CleanupFailed names what could not be."""
     for action, target in actions:
-        if action == "restore":
-            os.rename(target, path)
-        else:
-            remove_tree(target)
+        try:
+            if action == "restore":
+                os.rename(target, path)
+            elif target.endswith(".partial") and _empty_dir(target):
+                os.rmdir(target)
+            else:
+                remove_tree(target)
+        except OSError as exc:
+            raise CleanupFailed("%s %s, left by an earlier run, failed (%s): clear it by hand"
+                                % ("putting back" if action == "restore" else "removing", target, exc),
+                                debris=[target])
+
+
+# --------------------------------------------------------------------------------------------
+# uv's cache directory: used only when it is missing, empty or uv's own, and emptied of what uv
+# put there only.
+
+CACHEDIR_TAG = "CACHEDIR.TAG"
+CACHEDIR_SIGNATURE = "Signature: 8a477f597d28d172789f06886806bc55"
+# What uv (0.13) writes at the top of its cache: the tag, .gitignore ("*"), .lock, and buckets
+# named <name>-v<N> (wheels-v5, sdists-v10, interpreter-v5, ...); temporary .tmpXXXXXX.
+_UV_CACHE_FILES = (CACHEDIR_TAG, ".gitignore", ".lock")
+_UV_CACHE_BUCKET = re.compile(r"^(?:[a-z][a-z0-9]*(?:-[a-z0-9]+)*-v[0-9]+|\.tmp[A-Za-z0-9]+)$")
+
+
+def _names(names, limit=5):
+    names = sorted(names)
+    more = len(names) - limit
+    return ", ".join(names[:limit]) + (" and %d more" % more if more > 0 else "")
+
+
+def _has_cachedir_tag(directory):
+    try:
+        with open(os.path.join(directory, CACHEDIR_TAG), "rb") as handle:
+            return handle.read(len(CACHEDIR_SIGNATURE)) == CACHEDIR_SIGNATURE.encode()
+    except OSError:
+        return False
+
+
+def cache_dir_problem(cache_dir):
+    """None when uv's cache can be ``cache_dir`` and be removed afterwards: the directory is
+    missing, empty, or uv's own cache (uv's CACHEDIR.TAG, and nothing at its top that uv does
+    not put there). Otherwise what is wrong, in words."""
+    if not os.path.lexists(cache_dir):
+        return None
+    if not os.path.isdir(cache_dir):
+        return "it is not a directory"
+    try:
+        names = os.listdir(cache_dir)
+    except OSError as exc:
+        return "it cannot be read (%s)" % exc
+    if not names:
+        return None
+    if not _has_cachedir_tag(cache_dir):
+        return "it is not empty and not a uv cache (no %s): it holds %s" % (CACHEDIR_TAG, _names(names))
+    foreign = [name for name in names if name not in _UV_CACHE_FILES and not _UV_CACHE_BUCKET.match(name)]
+    if foreign:
+        return "besides uv's cache it holds %s, which uv does not put there" % _names(foreign)
+    return None
+
+
+def clear_uv_cache(cache_dir):
+    """Remove what uv put in ``cache_dir`` (its buckets, then its tag files) and the directory
+    itself once empty (a link to it stays). Returns the entries left: not uv's, so not removed.
+
+    A directory without uv's tag is not uv's cache: nothing in it is removed.
+    """
+    if not os.path.isdir(cache_dir):
+        return []
+    names = os.listdir(cache_dir)
+    if names and not _has_cachedir_tag(cache_dir):
+        return sorted(names)
+    foreign = sorted(name for name in names if name not in _UV_CACHE_FILES and not _UV_CACHE_BUCKET.match(name))
+    for name in names:
+        if _UV_CACHE_BUCKET.match(name):
+            remove_tree(os.path.join(cache_dir, name))
+    if foreign:
+        return foreign
+    for name in (".gitignore", ".lock", CACHEDIR_TAG):  # the tag last: it says whose the rest is
+        if name in names:
+            os.unlink(os.path.join(cache_dir, name))
+    if not os.path.islink(cache_dir):
+        os.rmdir(cache_dir)
+    return []

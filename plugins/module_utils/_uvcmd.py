@@ -307,7 +307,8 @@ def scrub_environ(environ=None):
 
 
 def venv_argv(uv, python, target):
-    return [uv, "venv", "--relocatable", "--no-project", "--python", python, target]
+    # --allow-existing: the flow creates the target itself, with its build token in it (_envdir)
+    return [uv, "venv", "--relocatable", "--no-project", "--allow-existing", "--python", python, target]
 
 
 def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, indexes=(), header=None):

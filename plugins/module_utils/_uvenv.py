@@ -52,6 +52,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
     check_engine, check_expect, lock_versions, normalize_name, parse_lock, versions_match)
+from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
+    BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
+    nearest_existing, start_partial)
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+    CleanupFailed, NotAnEnvironment, OptionError)
+from ansible.module_utils.parsing.convert_bool import boolean
 
 # --------------------------------------------------------------------------------------------
 # GPU: the compute check belongs to _gpu.py; this is the one place the flow calls it.
@@ -80,6 +86,23 @@ def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
                              classification=result.get("classification"), hint=result.get("hint"))
     result["driver_version"] = facts.get("driver_version")
     return result
+
+
+def gpu_check_mode(value):
+    """``gpu_check`` as True, False or ``"required"``.
+
+    Ansible's boolean spellings (``true``, ``yes``, ``1``, ...) stay booleans; ``required`` (any
+    case) is a third value: a node where the GPU check cannot find a driver fails instead of
+    skipping it. None (not given to the flow) is False. Anything else is an OptionError.
+    """
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() == "required":
+        return "required"
+    try:
+        return boolean(value, strict=True)
+    except TypeError:
+        raise OptionError("gpu_check must be true, false or required, not %r" % (value,))
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,6 +135,8 @@ class EngineEnv:
         self.clock = clock
         self.gpu = gpu or gpu_step
         self.steps = []
+        # what the module reports with module.warn (leftovers left alone, a cache not removed)
+        self.warnings = []
         # what the URLs' credentials are, to keep them out of everything the flow reports
         self.secrets = param_secrets(params)
 
@@ -206,6 +231,11 @@ class EngineEnv:
             state = inspect_env(restore[0][1] if restore and self.check_mode else self.path)
             refuse_foreign(self.path, "replace")
             reasons = rebuild_reasons(state, wanted, self.p.get("force"))
+            foreign = foreign_debris(self.path)
+            self.warnings.extend(foreign_debris_warning(target) for target in foreign)
+            if reasons:
+                self._refuse_leftovers_in_the_way(foreign)
+                self._check_cache_dir()
             before = state["marker"] if state["exists"] else None
             self.steps.append({"name": "check", "seconds": round(self.clock() - t0, 3)})
             if not reasons:
@@ -242,6 +272,76 @@ class EngineEnv:
         finally:
             lock.release()
 
+    def _refuse_leftovers_in_the_way(self, foreign):
+        """A build needs ``<path>.partial``, and ``<path>.old`` when an environment is there to
+        be moved aside; something there that is not this module's is never removed."""
+        in_the_way = [target for target in foreign
+                      if target == self.partial or os.path.lexists(self.path)]
+        if in_the_way:
+            raise NotAnEnvironment(
+                "%s %s in the way: building %s at %s needs %s, and %s not a leftover of this "
+                "module (no %s nor %s naming this path): refusing to remove %s. Move %s away, or "
+                "choose another path. Nothing was built."
+                % (" and ".join(in_the_way), "is" if len(in_the_way) == 1 else "are", self._label(),
+                   self.path, "that name" if len(in_the_way) == 1 else "those names",
+                   "it is" if len(in_the_way) == 1 else "they are", MARKER_NAME, BUILD_TOKEN_NAME,
+                   "it" if len(in_the_way) == 1 else "them", "it" if len(in_the_way) == 1 else "them"),
+                debris=in_the_way)
+
+    def _check_cache_dir(self):
+        """Before a build: the cache directory must be one uv's cache can be removed from
+        afterwards (unless keep_cache), so that a build never ends deleting what is not uv's."""
+        if self.p.get("keep_cache"):
+            return
+        cache = os.path.realpath(self.cache_dir)
+        problem = None
+        for place in (self.path, self.partial):
+            place = os.path.realpath(place)
+            if problem:
+                break
+            if cache == place or place.startswith(cache.rstrip(os.sep) + os.sep):
+                problem = "the environment %s would be inside it" % place
+            elif cache.startswith(place + os.sep):
+                problem = "it is inside the environment %s" % place
+        problem = problem or cache_dir_problem(self.cache_dir)
+        if problem:
+            raise OptionError(
+                "cache_dir %s cannot hold uv's cache here: %s. uv_engine_env removes uv's cache after "
+                "a successful build (keep_cache is false), so it takes only a directory that is missing, "
+                "empty, or uv's own cache. Point cache_dir at a directory of its own (for example %s), "
+                "or set keep_cache: true (then nothing in it is removed). Nothing was built."
+                % (self.cache_dir, problem, os.path.join(self.cache_dir, "uv")))
+
+    def _check_space(self):
+        """free_gb on every filesystem the build writes to: the environment's (its parent), the
+        cache's and, unless python_preference is only-system, the managed Pythons'; each measured
+        at the nearest directory that exists."""
+        need = float(self.p["free_gb"])
+        places = [(self.parent, "the environment"), (self.cache_dir, "uv's cache")]
+        if self.p.get("python_preference") != "only-system":
+            places.append((self.python_install_dir, "the managed Pythons"))
+        filesystems = []
+        for where, what in places:
+            at = nearest_existing(where)
+            dev = filesystem_of(at)
+            for fs in filesystems:
+                if fs["dev"] == dev:
+                    fs["what"].append(what)
+                    break
+            else:
+                filesystems.append({"dev": dev, "at": at, "where": where, "what": [what]})
+        short = [(fs, available_gb(fs["at"])) for fs in filesystems]
+        short = [(fs, free) for fs, free in short if free < need]
+        if short:
+            parts = []
+            for fs, free in short:
+                holds = ", ".join(fs["what"][:-1]) + " and " + fs["what"][-1] if len(fs["what"]) > 1 else fs["what"][0]
+                parts.append(("under %s and there are %.1f GB available (for %s)" if not parts else
+                              "as much under %s, where there are %.1f GB (for %s)") % (fs["where"], free, holds))
+            raise NotEnoughSpace(
+                "installing %s needs about %s GB free %s; free space there, or lower free_gb"
+                % (self._label(), _num(need), "; and ".join(parts)))
+
     def _predicted_marker(self, wanted):
         return {"format": MARKER_FORMAT, "spec": wanted,
                 "lock": {"file": LOCK_FILE_NAME, "sha256": "(known once resolved)"},
@@ -259,6 +359,7 @@ class EngineEnv:
                                                  "version": p["version"], "build": p.get("build")})
         cache_lock = None
         ok = False
+        made_partial = False
         try:
             os.makedirs(os.path.dirname(self.cache_dir) or "/", exist_ok=True)
             cache_lock = PathLock(self.cache_dir + ".lock", p["lock_timeout"], shared=True)
@@ -293,13 +394,11 @@ class EngineEnv:
 
             with timed("prepare"):
                 if p.get("free_gb"):
-                    free = available_gb(self.parent)
-                    if free < p["free_gb"]:
-                        raise NotEnoughSpace(
-                            "installing %s needs about %s GB free under %s and there are %.1f GB "
-                            "available; free space there, or lower free_gb"
-                            % (self._label(), _num(p["free_gb"]), self.parent, free))
+                    self._check_space()
             with timed("venv"):
+                # made here, marked as this module's before uv fills it (uv venv --allow-existing)
+                start_partial(self.partial, self.path)
+                made_partial = True
                 uv("venv", venv_argv(self.uv, p["python"], self.partial), VenvFailed,
                    "creating a Python %s environment in %s (python_preference %s)"
                    % (p["python"], self.partial, p["python_preference"]))
@@ -334,12 +433,18 @@ class EngineEnv:
             with timed("verify"):
                 verified = self._verify(run, python_bin, remaining("verify"))
             gpu_result = {"skipped": True, "reason": "gpu_check is false"}
-            if p.get("gpu_check"):
+            gpu_check = gpu_check_mode(p.get("gpu_check"))
+            if gpu_check:
                 with timed("gpu"):
                     engine = "vllm" if normalize_name(p["engine"]) == "vllm" else "none"
                     try:
                         gpu_result = self.gpu(run, python_bin, self._check_env(), p.get("nvidia_smi"),
                                               min(remaining("gpu"), 600), engine)
+                        if gpu_check == "required" and gpu_result.get("skipped"):
+                            raise GpuCheckFailed(
+                                "gpu_check is required (the node's NVIDIA driver was seen when this "
+                                "install was planned), and the GPU check cannot reach a driver now: %s"
+                                % gpu_result.get("reason"), gpu=gpu_result)
                     except GpuCheckFailed as exc:
                         exc.msg = "%s is installed in %s but is not switched in: %s. The environment at %s is unchanged." % (
                             self._label(), self.partial, exc.msg, self.path)
@@ -356,11 +461,15 @@ class EngineEnv:
                 }
                 write_json_atomic(os.path.join(self.partial, MARKER_NAME), marker)
             with timed("switch"):
-                switch_into_place(self.partial, self.path)
+                self.warnings.extend(switch_into_place(self.partial, self.path))
             ok = True
         finally:
-            if not ok:
-                remove_tree(self.partial)
+            if not ok and made_partial:
+                try:
+                    remove_tree(self.partial)
+                except OSError as exc:  # the failure that brought us here is the one to report
+                    self.warnings.append("the partial environment %s could not be removed (%s); the "
+                                         "next run removes it" % (self.partial, exc))
             progress.remove()
             if cache_lock is not None:
                 if ok and not p.get("keep_cache"):
@@ -369,12 +478,27 @@ class EngineEnv:
         return marker, entries
 
     def _drop_cache(self, cache_lock):
-        """Delete the uv cache unless another install is using it (its shared lock)."""
+        """Delete what uv put in its cache, unless another install is using it (its shared lock).
+
+        Runs after the switch: a failure here is a warning, not an error (the new environment
+        is in place and proven; what is left is only disk space).
+        """
         try:
             fcntl.flock(cache_lock.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
-        remove_tree(self.cache_dir)
+        try:
+            left = clear_uv_cache(self.cache_dir)
+        except OSError as exc:
+            self.warnings.append(
+                "%s is switched in at %s, but uv's cache %s could not be removed (%s): it is kept as it "
+                "is; remove it by hand, or set keep_cache: true" % (self._label(), self.path, self.cache_dir, exc))
+            return False
+        if left:
+            self.warnings.append(
+                "uv's cache was removed from %s, but what uv did not put there was left alone: %s"
+                % (self.cache_dir, ", ".join(left)))
+            return False
         try:
             os.unlink(cache_lock.lock_path)
         except OSError:
@@ -438,8 +562,9 @@ class EngineEnv:
 
     def absent(self, diff=False):
         refuse_foreign(self.path, "remove")
-        targets = [self.path, self.partial, self.path + ".old"]
-        present = [t for t in targets if os.path.lexists(t)]
+        foreign = foreign_debris(self.path)
+        self.warnings.extend(foreign_debris_warning(target) for target in foreign)
+        present = self._absent_targets()
         before = inspect_env(self.path)["marker"] if os.path.lexists(self.path) else None
         result = {"changed": bool(present), "path": self.path, "marker": None, "lock": None,
                   "steps": self.steps, "gpu": None, "removed": present,
@@ -455,9 +580,12 @@ class EngineEnv:
         lock.acquire()
         unlink = False
         try:
-            present = [t for t in targets if os.path.lexists(t)]
+            present = self._absent_targets()
             for target in present:
-                remove_tree(target)
+                try:
+                    remove_tree(target)
+                except OSError as exc:
+                    raise CleanupFailed("removing %s failed (%s)" % (target, exc), removed=present[:present.index(target)])
             try:
                 os.unlink(self.progress_path)
             except OSError:
@@ -467,6 +595,12 @@ class EngineEnv:
         finally:
             lock.release(unlink=unlink)
         return result
+
+
+    def _absent_targets(self):
+        """The environment and this module's own leftovers beside it (``pending_debris``)."""
+        targets = [self.path] if os.path.lexists(self.path) else []
+        return targets + [target for _action, target in pending_debris(self.path)]
 
 
 class _Step:

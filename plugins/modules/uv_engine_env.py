@@ -151,16 +151,26 @@ options:
     type: dict
   gpu_check:
     description:
-      - Run the GPU compute check in the new environment before switching it in. Skipped, and recorded as
-        skipped with the reason, on a node without an NVIDIA driver.
-    type: bool
+      - Run the GPU compute check in the new environment before switching it in.
+      - V(true) (or another boolean spelling) runs it on a node with an NVIDIA driver. Where C(nvidia-smi) finds no
+        driver (none installed, not loaded, not answering) the check is skipped, and recorded as skipped with the
+        reason.
+      - V(required) runs it in the same way, but where the driver cannot be reached the task fails with what
+        C(nvidia-smi) said, and nothing is switched in. It is for a node whose driver was seen before (the role passes
+        it when C(gpu_probe) saw one), so that a driver broken at install time is not taken for a node without a GPU.
+      - V(false) does not run it.
+    type: raw
     default: true
   nvidia_smi:
     description: The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
     type: path
   free_gb:
     description:
-      - Free space (GB) needed under the parent of O(path) before anything is downloaded; V(0) checks nothing.
+      - Free space (GB) needed before anything is downloaded, on each filesystem the build writes to. These are
+        the filesystems of the parent of O(path) (the environment) and of O(cache_dir). Unless O(python_preference)
+        is V(only-system), the one of O(python_install_dir) counts too.
+      - Each is measured at the nearest directory that exists, and once when they share a filesystem. V(0) checks
+        nothing.
     type: float
     default: 0
   timeout:
@@ -172,10 +182,19 @@ options:
     type: int
     default: 3600
   cache_dir:
-    description: uv's cache (C(UV_CACHE_DIR)). Default C(<parent of path>/.uv-cache).
+    description:
+      - uv's cache (C(UV_CACHE_DIR)). Default C(<parent of path>/.uv-cache).
+      - Unless O(keep_cache) is set, uv's cache is removed after a successful build. The directory must then be
+        missing, empty, or uv's own cache (uv's C(CACHEDIR.TAG), and nothing at its top that uv does not put there).
+        Anything else fails before the build starts. That includes a shared C(~/.cache) holding model weights, or a
+        directory holding the environments.
+      - Only what uv put there is removed, then the directory itself once it is empty.
     type: path
   keep_cache:
-    description: Keep the uv cache after a successful build. It is always kept after a failure.
+    description:
+      - Keep the uv cache after a successful build. It is always kept after a failure.
+      - When the cache cannot be removed after a successful build, the task still succeeds (the environment is
+        switched in) and a warning names the cache and the error.
     type: bool
     default: false
   force:
@@ -186,7 +205,12 @@ notes:
   - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
     O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
     version; a change to any of them builds the environment again.
-  - Debris of an interrupted run (C(<path>.partial), C(<path>.old)) is cleared, or put back, by the next run.
+  - The next run clears, or puts back, what an interrupted run left (C(<path>.partial), C(<path>.old)). It does
+    so only when the leftover carries this module's mark. That is the marker of an environment it built, or the
+    C(.llmfleet-build.json) token naming O(path). The module writes the token into C(<path>.partial) when it
+    creates it, before C(uv venv --allow-existing) fills it, and the token stays in the environment.
+  - Anything else at those names is left alone, with a warning. When a build needs that name (C(<path>.partial),
+    or C(<path>.old) while an environment is at O(path)), the task fails before the build starts.
 """
 
 EXAMPLES = r"""
@@ -290,7 +314,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import ModuleRunner
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import param_secrets, redact, scrub_environ
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv, gpu_check_mode
 
 
 def argument_spec():
@@ -318,7 +342,7 @@ def argument_spec():
         import_name=dict(type="str"),
         verify_command=dict(type="list", elements="str"),
         env=dict(type="dict"),
-        gpu_check=dict(type="bool", default=True),
+        gpu_check=dict(type="raw", default=True),
         nvidia_smi=dict(type="path"),
         free_gb=dict(type="float", default=0),
         timeout=dict(type="int", default=3600),
@@ -336,6 +360,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    try:
+        params["gpu_check"] = gpu_check_mode(params["gpu_check"])
+    except UvEnvError as exc:
+        module.fail_json(msg=exc.msg)
     # Credentials in the URLs go to uv through its environment only; they are masked wherever
     # Ansible prints the module's arguments (invocation), and taken out of what the module returns
     # (an old marker's spec, uv's output), URL userinfo included.
@@ -354,11 +382,20 @@ def main():
             result = flow.present(diff=module._diff)
         else:
             result = flow.absent(diff=module._diff)
+    except OSError as exc:
+        # a file operation that failed where no step expects it: a failure that names the path
+        for warning in flow.warnings:
+            module.warn(warning)
+        module.fail_json(msg="uv_engine_env at %s: %s" % (flow.path, exc), path=flow.path, steps=flow.steps)
     except UvEnvError as exc:
+        for warning in flow.warnings:
+            module.warn(warning)
         module.fail_json(**redact(dict(exc.details, msg=exc.msg, path=flow.path, steps=flow.steps), secrets))
     result = redact(result, secrets)
     if result.get("diff") is None:
         result.pop("diff", None)
+    for warning in flow.warnings:
+        module.warn(warning)
     module.exit_json(**result)
 
 

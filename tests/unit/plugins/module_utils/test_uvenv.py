@@ -101,7 +101,7 @@ def test_requirement_lines():
 def test_argv_of_each_uv_command():
     idx = _uvcmd.index_args(INDEX, [TORCH_INDEX], "unsafe-best-match")
     assert _uvcmd.venv_argv("/uv", "3.12", "/e.partial") == [
-        "/uv", "venv", "--relocatable", "--no-project", "--python", "3.12", "/e.partial"]
+        "/uv", "venv", "--relocatable", "--no-project", "--allow-existing", "--python", "3.12", "/e.partial"]
     assert _uvcmd.compile_argv("/uv", "/e.partial/bin/python", "/e.partial/lock", CUTOFF, {"torch": False}, idx,
                                "hdr") == [
         "/uv", "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--no-build",
@@ -377,13 +377,27 @@ def test_switch_into_place_puts_the_old_environment_back_when_the_rename_fails(t
 
 def test_debris_of_a_killed_run(tmp_path):
     path = str(tmp_path / "e")
-    os.makedirs(path + ".old")
-    os.makedirs(path + ".partial")
+    make_env(path + ".old")
+    _envdir.start_partial(path + ".partial", path)
     assert _envdir.pending_debris(path) == [("restore", path + ".old"), ("remove", path + ".partial")]
+    assert _envdir.foreign_debris(path) == []
     _envdir.clear_debris(path, _envdir.pending_debris(path))
     assert sorted(os.listdir(str(tmp_path))) == ["e"]
-    os.makedirs(path + ".old")
+    make_env(path + ".old")
     assert _envdir.pending_debris(path) == [("remove", path + ".old")]
+
+
+def test_leftovers_without_our_mark_are_not_debris(tmp_path):
+    path = str(tmp_path / "e")
+    os.makedirs(path + ".old")                     # someone's backup
+    os.makedirs(os.path.join(path + ".partial", "bin"))  # a directory of that name, not ours
+    assert _envdir.pending_debris(path) == []
+    assert _envdir.foreign_debris(path) == [path + ".old", path + ".partial"]
+    # a token for another path is not ours either
+    os.rmdir(os.path.join(path + ".partial", "bin"))
+    os.rmdir(path + ".partial")
+    _envdir.start_partial(path + ".partial", str(tmp_path / "other"))
+    assert _envdir.foreign_debris(path) == [path + ".old", path + ".partial"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -670,7 +684,8 @@ def test_not_enough_space(tmp_path, uv_bin, monkeypatch):
     with pytest.raises(_errors.NotEnoughSpace) as exc:
         flow(tmp_path, uv_bin, fake, free_gb=20.0).present()
     assert exc.value.msg == ("installing vllm 0.11.0 (cu128) needs about 20 GB free under %s and there are 12.3 GB "
-                             "available; free space there, or lower free_gb" % (tmp_path / "engines" / "vllm"))
+                             "available (for the environment and uv's cache); free space there, or lower free_gb"
+                             % (tmp_path / "engines" / "vllm"))
     assert fake.kinds() == ["version"]
 
 
@@ -743,3 +758,333 @@ def test_check_mode_judges_the_environment_a_restore_brings_back(tmp_path, uv_bi
     assert result["changed"] is True and "reasons" not in result
     assert result["debris"] == [str(root / "0.11.0.old")]
     assert sorted(os.listdir(str(root))) == ["0.11.0.lock", "0.11.0.old"]
+
+
+# --------------------------------------------------------------------------------------------
+# leftovers: only this module's own are touched (issue 11, defect 6)
+
+
+def foreign_dir(path, venv=False):
+    os.makedirs(path)
+    with open(os.path.join(path, "precious.txt"), "w") as handle:
+        handle.write("data")
+    if venv:
+        with open(os.path.join(path, "pyvenv.cfg"), "w") as handle:
+            handle.write("home = /usr/bin\n")
+
+
+def test_switch_into_place_never_removes_a_foreign_old(tmp_path):
+    path, partial = str(tmp_path / "e"), str(tmp_path / "e.partial")
+    os.makedirs(path)
+    os.makedirs(partial)
+    foreign_dir(path + ".old", venv=True)
+    with pytest.raises(_errors.SwitchFailed, match=r"e\.old is in the way of the switch and is not a leftover"):
+        _envdir.switch_into_place(partial, path)
+    assert (tmp_path / "e.old" / "precious.txt").read_text() == "data"
+    assert sorted(os.listdir(str(tmp_path))) == ["e", "e.old", "e.partial"]
+
+
+def test_absent_leaves_a_foreign_old_alone_and_says_so(tmp_path, uv_bin):
+    root = tmp_path / "engines" / "vllm"
+    foreign_dir(str(root / "0.11.0.old"))
+    env = flow(tmp_path, uv_bin, FakeUv())
+    result = env.absent()
+    assert result["changed"] is False and result["removed"] == []
+    assert (root / "0.11.0.old" / "precious.txt").read_text() == "data"
+    assert env.warnings == [_envdir.foreign_debris_warning(str(root / "0.11.0.old"))]
+    assert "is not a leftover of this module" in env.warnings[0]
+
+
+def test_absent_removes_only_its_own_leftovers(tmp_path, uv_bin):
+    flow(tmp_path, uv_bin, FakeUv()).present()
+    root = tmp_path / "engines" / "vllm"
+    _envdir.start_partial(str(root / "0.11.0.partial"), str(root / "0.11.0"))
+    foreign_dir(str(root / "0.11.0.old"))
+    env = flow(tmp_path, uv_bin, FakeUv())
+    result = env.absent()
+    assert result["removed"] == [str(root / "0.11.0"), str(root / "0.11.0.partial")]
+    assert sorted(os.listdir(str(root))) == ["0.11.0.old"]
+    assert len(env.warnings) == 1 and "0.11.0.old" in env.warnings[0]
+
+
+def test_present_does_not_put_a_foreign_old_in_place(tmp_path, uv_bin):
+    root = tmp_path / "engines" / "vllm"
+    foreign_dir(str(root / "0.11.0.old"))
+    env = flow(tmp_path, uv_bin, FakeUv())
+    result = env.present()
+    assert result["changed"] is True and result["debris"] == []
+    assert (root / "0.11.0" / _envdir.MARKER_NAME).is_file()
+    assert (root / "0.11.0.old" / "precious.txt").read_text() == "data"
+    assert any("0.11.0.old is not a leftover of this module" in w for w in env.warnings)
+
+
+@pytest.mark.parametrize("name", ["0.11.0.partial", "0.11.0.old"])
+def test_a_foreign_leftover_in_the_way_of_a_build_is_refused_before_it(tmp_path, uv_bin, name):
+    flow(tmp_path, uv_bin, FakeUv()).present()
+    root = tmp_path / "engines" / "vllm"
+    marker = (root / "0.11.0" / _envdir.MARKER_NAME).read_text()
+    foreign_dir(str(root / name), venv=True)
+    fake = FakeUv()
+    with pytest.raises(_errors.NotAnEnvironment, match=r"%s is in the way: building vllm 0\.11\.0 \(cu128\) at .* "
+                                                      r"is not a leftover of this module" % name.replace(".", r"\.")):
+        flow(tmp_path, uv_bin, fake, force=True).present()
+    assert fake.kinds() == ["version"]
+    assert (root / name / "precious.txt").read_text() == "data"
+    assert (root / "0.11.0" / _envdir.MARKER_NAME).read_text() == marker
+
+
+def test_the_partial_is_marked_as_ours_before_uv_fills_it(tmp_path, uv_bin):
+    root = tmp_path / "engines" / "vllm"
+    seen = {}
+
+    def venv(argv):
+        assert "--allow-existing" in argv
+        seen["token"] = json.loads((root / "0.11.0.partial" / _envdir.BUILD_TOKEN_NAME).read_text())
+
+    flow(tmp_path, uv_bin, FakeUv(on={"venv": venv})).present()
+    assert seen["token"]["path"] == str(root / "0.11.0") and seen["token"]["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("killed", ["after the token", "before the token"])
+def test_a_killed_builds_partial_is_cleared(tmp_path, uv_bin, killed):
+    root = tmp_path / "engines" / "vllm"
+    partial = str(root / "0.11.0.partial")
+    root.mkdir(parents=True)
+    if killed == "after the token":
+        _envdir.start_partial(partial, str(root / "0.11.0"))
+        os.makedirs(os.path.join(partial, "lib"))
+    else:
+        os.makedirs(partial)  # created, killed before the token was written: empty
+    result = flow(tmp_path, uv_bin, FakeUv()).present()
+    assert result["changed"] is True and result["debris"] == [partial]
+    assert (root / "0.11.0" / _envdir.MARKER_NAME).is_file()
+
+
+# --------------------------------------------------------------------------------------------
+# uv's cache: only what uv made is removed (issue 11, defect 1)
+
+
+def make_uv_cache(path, extra=()):
+    os.makedirs(os.path.join(path, "wheels-v5", "pypi"), exist_ok=True)
+    with open(os.path.join(path, "CACHEDIR.TAG"), "w") as handle:
+        handle.write("Signature: 8a477f597d28d172789f06886806bc55")
+    for name in (".gitignore", ".lock"):
+        open(os.path.join(path, name), "w").close()
+    os.makedirs(os.path.join(path, "sdists-v10"), exist_ok=True)
+    for name in extra:
+        with open(os.path.join(path, name), "w") as handle:
+            handle.write("not uv's")
+
+
+def test_cache_dir_problem(tmp_path):
+    assert _envdir.cache_dir_problem(str(tmp_path / "missing")) is None
+    (tmp_path / "empty").mkdir()
+    assert _envdir.cache_dir_problem(str(tmp_path / "empty")) is None
+    make_uv_cache(str(tmp_path / "uv"))
+    assert _envdir.cache_dir_problem(str(tmp_path / "uv")) is None
+    (tmp_path / "home-cache" / "huggingface" / "hub").mkdir(parents=True)
+    assert _envdir.cache_dir_problem(str(tmp_path / "home-cache")) == (
+        "it is not empty and not a uv cache (no CACHEDIR.TAG): it holds huggingface")
+    make_uv_cache(str(tmp_path / "tagged"), extra=["model.safetensors"])
+    assert _envdir.cache_dir_problem(str(tmp_path / "tagged")) == (
+        "besides uv's cache it holds model.safetensors, which uv does not put there")
+    # a virtual environment uv made carries a CACHEDIR.TAG too
+    make_uv_cache(str(tmp_path / "venv"), extra=["pyvenv.cfg"])
+    assert "pyvenv.cfg" in _envdir.cache_dir_problem(str(tmp_path / "venv"))
+    (tmp_path / "file").write_text("")
+    assert _envdir.cache_dir_problem(str(tmp_path / "file")) == "it is not a directory"
+
+
+def test_a_cache_dir_that_is_not_uvs_is_refused_before_building(tmp_path, uv_bin):
+    shared = tmp_path / "home" / ".cache"
+    (shared / "huggingface" / "hub").mkdir(parents=True)
+    (shared / "huggingface" / "hub" / "model.safetensors").write_text("weights")
+    fake = FakeUv()
+    with pytest.raises(_errors.OptionError) as exc:
+        flow(tmp_path, uv_bin, fake, cache_dir=str(shared)).present()
+    assert exc.value.msg.startswith("cache_dir %s cannot hold uv's cache here: it is not empty and not a uv cache "
+                                    "(no CACHEDIR.TAG): it holds huggingface." % shared)
+    assert "Point cache_dir at a directory of its own (for example %s/uv), or set keep_cache: true" % shared in exc.value.msg
+    assert fake.kinds() == ["version"]
+    assert (shared / "huggingface" / "hub" / "model.safetensors").read_text() == "weights"
+    # with keep_cache nothing is removed, so any directory will do
+    flow(tmp_path, uv_bin, FakeUv(), cache_dir=str(shared), keep_cache=True).present()
+    assert (shared / "huggingface" / "hub" / "model.safetensors").read_text() == "weights"
+
+
+def test_a_cache_dir_holding_the_environments_is_refused(tmp_path, uv_bin):
+    with pytest.raises(_errors.OptionError, match=r"the environment .*0\.11\.0 would be inside it"):
+        flow(tmp_path, uv_bin, FakeUv(), cache_dir=str(tmp_path / "engines")).present()
+
+
+def test_only_what_uv_put_in_the_cache_is_removed(tmp_path, uv_bin):
+    cache = tmp_path / "cache" / "uv"
+    fake = FakeUv(on={"install": lambda argv: make_uv_cache(str(cache), extra=["notes.txt"])})
+    env = flow(tmp_path, uv_bin, fake, cache_dir=str(cache))
+    env.present()
+    assert sorted(os.listdir(str(cache))) == [".gitignore", ".lock", "CACHEDIR.TAG", "notes.txt"]
+    assert env.warnings == ["uv's cache was removed from %s, but what uv did not put there was left alone: "
+                            "notes.txt" % cache]
+    # uv's alone: all of it goes, the directory too
+    fake = FakeUv(on={"install": lambda argv: make_uv_cache(str(tmp_path / "cache2"))})
+    flow(tmp_path, uv_bin, fake, cache_dir=str(tmp_path / "cache2"), force=True).present()
+    assert not (tmp_path / "cache2").exists()
+
+
+def test_a_cache_that_cannot_be_removed_is_a_warning_after_the_switch(tmp_path, uv_bin, monkeypatch):
+    cache = tmp_path / "engines" / "vllm" / ".uv-cache"
+    fake = FakeUv(on={"install": lambda argv: make_uv_cache(str(cache))})
+    real_rmtree = _envdir.shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if str(path).startswith(str(cache)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(_envdir.shutil, "rmtree", rmtree)
+    env = flow(tmp_path, uv_bin, fake)
+    result = env.present()
+    assert result["changed"] is True
+    assert (tmp_path / "engines" / "vllm" / "0.11.0" / _envdir.MARKER_NAME).is_file()
+    assert len(env.warnings) == 1
+    assert env.warnings[0].startswith("vllm 0.11.0 (cu128) is switched in at %s, but uv's cache %s could not be "
+                                      "removed ([Errno 13] Permission denied" % (tmp_path / "engines/vllm/0.11.0", cache))
+
+
+def test_remove_tree_never_changes_the_directory_above_it(tmp_path, monkeypatch):
+    above = tmp_path / "above"
+    tree = above / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "f").write_text("")
+    chmods = []
+    real_chmod, real_rmdir = os.chmod, os.rmdir
+
+    def chmod(path, mode, *args, **kwargs):
+        chmods.append(str(path))
+        return real_chmod(path, mode, *args, **kwargs)
+
+    def rmdir(path, *args, **kwargs):
+        if kwargs.get("dir_fd") is None and os.path.abspath(str(path)) == str(tree):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_rmdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    with pytest.raises(PermissionError):
+        _envdir.remove_tree(str(tree))
+    assert [p for p in chmods if not (p == str(tree) or p.startswith(str(tree) + os.sep))] == []
+
+
+def test_remove_tree_retries_inside_the_tree(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "f").write_text("")
+    chmods, failed = [], []
+    real_chmod, real_unlink = os.chmod, os.unlink
+
+    def chmod(path, mode, *args, **kwargs):
+        chmods.append(str(path))
+        return real_chmod(path, mode, *args, **kwargs)
+
+    def unlink(path, *args, **kwargs):
+        if str(path).endswith("f") and not failed:
+            failed.append(path)
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "chmod", chmod)
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert _envdir.remove_tree(str(tree)) is True
+    assert not tree.exists() and failed
+    assert chmods == [str(tree / "sub")]
+
+
+# --------------------------------------------------------------------------------------------
+# gpu_check: required (issue 11, defect 7)
+
+
+@pytest.mark.parametrize("value, mode", [
+    (True, True), (False, False), (None, False), ("yes", True), ("false", False), ("required", "required"),
+    (" Required ", "required"), (1, True),
+])
+def test_gpu_check_mode(value, mode):
+    assert _uvenv.gpu_check_mode(value) == mode
+
+
+def test_gpu_check_mode_refuses_other_values():
+    with pytest.raises(_errors.OptionError, match=r"gpu_check must be true, false or required, not 'sometimes'"):
+        _uvenv.gpu_check_mode("sometimes")
+
+
+NOT_RESPONDING = ("no NVIDIA driver on this node (NVIDIA-SMI has failed because it couldn't communicate with the "
+                  "NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.)")
+
+
+def test_gpu_check_required_fails_where_the_driver_cannot_be_reached(tmp_path, uv_bin):
+    flow(tmp_path, uv_bin, FakeUv()).present()
+    root = tmp_path / "engines" / "vllm"
+    marker = (root / "0.11.0" / _envdir.MARKER_NAME).read_text()
+
+    def gpu(*_args):
+        return {"skipped": True, "reason": NOT_RESPONDING}
+
+    with pytest.raises(_errors.GpuCheckFailed) as exc:
+        flow(tmp_path, uv_bin, FakeUv(), gpu=gpu, gpu_check="required", force=True).present()
+    assert exc.value.msg == (
+        "vllm 0.11.0 (cu128) is installed in %s.partial but is not switched in: gpu_check is required (the node's "
+        "NVIDIA driver was seen when this install was planned), and the GPU check cannot reach a driver now: %s. "
+        "The environment at %s is unchanged." % (root / "0.11.0", NOT_RESPONDING, root / "0.11.0"))
+    assert exc.value.details["failed_step"] == "gpu"
+    assert exc.value.details["gpu"] == {"skipped": True, "reason": NOT_RESPONDING}
+    assert (root / "0.11.0" / _envdir.MARKER_NAME).read_text() == marker
+    assert not (root / "0.11.0.partial").exists()
+    # true (not required): skipped and recorded, as before
+    result = flow(tmp_path, uv_bin, FakeUv(), gpu=gpu, gpu_check=True, force=True).present()
+    assert result["gpu"] == {"skipped": True, "reason": NOT_RESPONDING}
+
+
+def test_gpu_check_required_passes_where_the_check_runs(tmp_path, uv_bin):
+    def gpu(*_args):
+        return {"ok": True, "driver_version": "580.65.06"}
+
+    result = flow(tmp_path, uv_bin, FakeUv(), gpu=gpu, gpu_check="required").present()
+    assert result["gpu"] == {"ok": True, "driver_version": "580.65.06"}
+
+
+# --------------------------------------------------------------------------------------------
+# free_gb on every filesystem the build writes to (issue 11, defect 8c)
+
+
+def test_free_gb_is_needed_on_each_filesystem_written_to(tmp_path, uv_bin, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    measured = []
+
+    def filesystem_of(directory):
+        return "scratch" if directory.startswith(str(scratch)) else "root"
+
+    def available_gb(directory):
+        measured.append(directory)
+        return 5.0 if directory.startswith(str(scratch)) else 500.0
+
+    monkeypatch.setattr(_uvenv, "filesystem_of", filesystem_of)
+    monkeypatch.setattr(_uvenv, "available_gb", available_gb)
+    fake = FakeUv()
+    with pytest.raises(_errors.NotEnoughSpace) as exc:
+        flow(tmp_path, uv_bin, fake, free_gb=20.0, cache_dir=str(scratch / "uv-cache")).present()
+    assert exc.value.msg == ("installing vllm 0.11.0 (cu128) needs about 20 GB free under %s and there are 5.0 GB "
+                             "available (for uv's cache); free space there, or lower free_gb" % (scratch / "uv-cache"))
+    assert fake.kinds() == ["version"]
+    # each filesystem measured once, at the nearest directory that exists
+    assert measured == [str(tmp_path / "engines" / "vllm"), str(scratch)]
+
+    # the managed Pythons' filesystem too (python_preference other than only-system)
+    measured.clear()
+    with pytest.raises(_errors.NotEnoughSpace) as exc:
+        flow(tmp_path, uv_bin, FakeUv(), free_gb=20.0, python_preference="only-managed",
+             python_install_dir=str(scratch / "python")).present()
+    assert "under %s and there are 5.0 GB available (for the managed Pythons)" % (scratch / "python") in exc.value.msg
+
+    # enough everywhere: the build goes on
+    result = flow(tmp_path, uv_bin, FakeUv(), free_gb=4.0, cache_dir=str(scratch / "uv-cache")).present()
+    assert result["changed"] is True

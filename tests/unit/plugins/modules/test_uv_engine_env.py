@@ -150,3 +150,41 @@ def test_lock_timeout(fake, base, capsys):
         "another run holds %s.lock (pid 4242, installing vllm 0.11.0: step install since 2026-01-01T00:00:00Z); "
         "waited 1 s (lock_timeout). Let it finish, or raise lock_timeout." % base["path"])
     assert fake.kinds() == ["version"]
+
+
+def test_gpu_check_required_fails_where_no_driver_answers(fake, base, capsys):
+    code, result = run_module(dict(base, gpu_check="required"), capsys)
+    assert code == 1 and result["failed"] is True
+    assert "is not switched in: gpu_check is required" in result["msg"]
+    assert "%s does not exist" % base["nvidia_smi"] in result["msg"]
+    assert result["failed_step"] == "gpu" and result["gpu"]["skipped"] is True
+    assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")
+
+
+@pytest.mark.parametrize("value, ok", [(True, True), ("yes", True), (False, True), ("sometimes", False)])
+def test_gpu_check_takes_a_boolean_or_required(fake, base, capsys, value, ok):
+    code, result = run_module(dict(base, gpu_check=value), capsys)
+    assert (code == 0) is ok, result
+    if not ok:
+        assert result["msg"] == "gpu_check must be true, false or required, not 'sometimes'"
+
+
+def test_a_leftover_that_is_not_ours_is_a_warning(fake, base, capsys):
+    os.makedirs(base["path"] + ".old")
+    open(os.path.join(base["path"] + ".old", "precious.txt"), "w").close()
+    code, result = run_module({"path": base["path"], "state": "absent"}, capsys)
+    assert code == 0 and result["changed"] is False
+    assert "0.11.0.old is not a leftover of this module" in json.dumps(result["warnings"])
+    assert os.path.exists(os.path.join(base["path"] + ".old", "precious.txt"))
+
+
+def test_a_file_error_is_a_failure_naming_the_path(fake, base, capsys, monkeypatch):
+    from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+
+    def start_partial(partial, path):
+        raise PermissionError(13, "Permission denied", partial)
+
+    monkeypatch.setattr(_uvenv, "start_partial", start_partial)
+    code, result = run_module(base, capsys)
+    assert code == 1 and result["failed"] is True
+    assert result["msg"] == "uv_engine_env at %s: [Errno 13] Permission denied: '%s.partial'" % (base["path"], base["path"])

@@ -16,6 +16,9 @@ description:
   - The dependencies are resolved as the index stood at O(exclude_newer) (C(uv pip compile --generate-hashes)),
     written to a lock file kept in the environment, and installed with C(--require-hashes), so a file that differs
     from what its publisher gave is refused.
+  - Nothing is built from source (C(--no-build) on both). A package, or a dependency, with no wheel this node can
+    take (its architecture, its glibc below the wheel's manylinux tag) fails the task with that said, instead of
+    compiling for an hour.
   - The engine comes from the index (C(<engine>==<version>)) or from a wheel URL pinned by its sha256 (O(wheel)),
     for example a GitHub release asset.
   - The new environment must import the engine at the wanted version (or pass O(verify_command)) and, when
@@ -79,7 +82,10 @@ options:
     type: dict
     suboptions:
       url:
-        description: The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
+        description:
+          - The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
+          - It may carry credentials (C(https://USER:TOKEN@host/...)) only when O(index_url) or O(extra_index_url) has
+            an index on the same host with the same ones; uv is given the URL without them and sends that index's.
         type: str
         required: true
       sha256:
@@ -95,10 +101,18 @@ options:
         the extra index's CUDA build).
     type: dict
   index_url:
-    description: Base index (PEP 503/691 simple API). Default is uv's, PyPI.
+    description:
+      - Base index (PEP 503/691 simple API), uv's C(--default-index). Default is uv's, PyPI.
+      - A mirror that needs credentials takes them in the URL, C(https://USER:TOKEN@mirror/simple). uv gets them
+        through its environment (C(UV_INDEX_<NAME>_USERNAME), C(_PASSWORD) of a named index), never on a command
+        line; they are not in the marker, the lock, the result or the module arguments Ansible shows. uv sends them to
+        that index and to other URLs on the same host (its files). Changing only the credentials (a rotated token)
+        does not build the environment again.
     type: str
   extra_index_url:
-    description: Extra indexes, for example a PyTorch index for a CUDA build of torch.
+    description:
+      - Extra indexes (uv's C(--index)), for example a PyTorch index for a CUDA build of torch. Credentials as for
+        O(index_url).
     type: list
     elements: str
     default: []
@@ -132,7 +146,9 @@ options:
     description: Where uv keeps managed interpreters (C(UV_PYTHON_INSTALL_DIR)). Default C(<parent of path>/.uv-python).
     type: path
   python_install_mirror:
-    description: Mirror of uv's Python downloads (C(UV_PYTHON_INSTALL_MIRROR)); C(file://) allowed.
+    description:
+      - Mirror of uv's Python downloads (C(UV_PYTHON_INSTALL_MIRROR)); C(file://) allowed. Given to uv in its
+        environment only, and kept out of what the module returns.
     type: str
   uv:
     description: The uv binary. Default is C(uv) on the E(PATH).
@@ -204,7 +220,11 @@ options:
 notes:
   - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
     O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
-    version; a change to any of them builds the environment again.
+    version; a change to any of them builds the environment again. URLs are recorded without their credentials.
+  - uv runs with C(UV_NO_CONFIG=1) and none of the node's C(UV_*) variables but those that only tune the network
+    (C(UV_HTTP_TIMEOUT), C(UV_REQUEST_TIMEOUT), C(UV_HTTP_CONNECT_TIMEOUT), C(UV_HTTP_RETRIES), C(UV_NATIVE_TLS),
+    C(UV_SYSTEM_CERTS), C(UV_CONCURRENT_DOWNLOADS), C(UV_CONCURRENT_INSTALLS)); proxies and C(SSL_CERT_FILE) are
+    kept. What the build needs is set explicitly (cache, Python directory and preference, C(UV_LINK_MODE=clone)).
   - The next run clears, or puts back, what an interrupted run left (C(<path>.partial), C(<path>.old)). It does
     so only when the leftover carries this module's mark. That is the marker of an environment it built, or the
     C(.llmfleet-build.json) token naming O(path). The module writes the token into C(<path>.partial) when it
@@ -304,9 +324,14 @@ failed_step:
   returned: on failure during a build
   type: str
 uv_output:
-  description: The last lines of the failed uv command's output.
+  description: The last lines of the failed uv command's output (URL credentials taken out).
   returned: when a uv command failed
   type: str
+cmd:
+  description: The failed uv command's argv; an index with credentials appears as C(NAME=URL) without them.
+  returned: when a uv command failed
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

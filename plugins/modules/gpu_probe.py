@@ -345,7 +345,9 @@ choice:
       type: str
       sample: >-
         vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, x86_64): glibc 2.31 is
-        older than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs; ...
+        older than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs. Without a
+        wheel that fits, uv would have to compile vLLM from its source (an hour or more). To go
+        on: ...
     source:
       description: >-
         Where the chosen build comes from (C(origin) pypi or github, C(cuda), C(requirement),

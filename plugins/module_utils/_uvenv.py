@@ -79,7 +79,8 @@ def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
         raise GpuCheckFailed("asking the driver for the node's GPUs before the GPU check failed: %s" % exc)
     if not facts.get("driver_version"):
         return {"skipped": True,
-                "reason": "no NVIDIA driver on this node (%s)" % (facts.get("driver_error") or "nvidia-smi found none")}
+                "reason": "no NVIDIA driver on this node (%s)" % (facts.get("driver_error") or "nvidia-smi found none"),
+                "driver_error": facts.get("driver_error")}
     result = _gpu.compute_check(run_command, python_bin, timeout, env=env, engine=engine)
     if not result.get("ok"):
         raise GpuCheckFailed(_gpu.failure_message(result), gpu=result,
@@ -443,8 +444,8 @@ class EngineEnv:
                         if gpu_check == "required" and gpu_result.get("skipped"):
                             raise GpuCheckFailed(
                                 "gpu_check is required (the node's NVIDIA driver was seen when this "
-                                "install was planned), and the GPU check cannot reach a driver now: %s"
-                                % gpu_result.get("reason"), gpu=gpu_result)
+                                "install was planned), and the GPU check cannot reach it now: %s"
+                                % (gpu_result.get("driver_error") or gpu_result.get("reason")), gpu=gpu_result)
                     except GpuCheckFailed as exc:
                         exc.msg = "%s is installed in %s but is not switched in: %s. The environment at %s is unchanged." % (
                             self._label(), self.partial, exc.msg, self.path)

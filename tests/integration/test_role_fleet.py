@@ -206,14 +206,7 @@ class Fleet:
         hosts = {}
         for name, (case, hostvars) in nodes.items():
             root = tmp / "nodes" / name
-            wrapper = tmp / "bin" / f"nvidia-smi-{name}"
-            wrapper.parent.mkdir(parents=True, exist_ok=True)
-            wrapper.write_text(
-                "#!/bin/sh\n"
-                f'FAKE_NVIDIA_SMI_CASE="{FIXTURES / "nvidia-smi" / case}" '
-                f'exec "{sys.executable}" "{FIXTURES / "bin" / "fake-nvidia-smi"}" "$@"\n'
-            )
-            wrapper.chmod(0o755)
+            wrapper = self.set_case(name, case)
             self.roots[name] = root
             hosts[name] = {"engine_node_root": str(root), "engine_node_nvidia_smi": str(wrapper), **hostvars}
         up = upstream.url
@@ -263,6 +256,22 @@ class Fleet:
         log = self.tmp / f"run-{self.runs:02d}-{path.stem}.log"
         log.write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         return Run(proc, log)
+
+    def set_case(self, name: str, case: str) -> pathlib.Path:
+        """The node's nvidia-smi answers as the fake's ``case``; a case that counts its calls
+        (``answers``) counts them in ``bin/nvidia-smi-<name>.calls``, from zero."""
+        wrapper = self.tmp / "bin" / f"nvidia-smi-{name}"
+        calls = wrapper.with_name(wrapper.name + ".calls")
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        if calls.exists():
+            calls.unlink()
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f'FAKE_NVIDIA_SMI_CASE="{FIXTURES / "nvidia-smi" / case}" FAKE_NVIDIA_SMI_CALLS="{calls}" '
+            f'exec "{sys.executable}" "{FIXTURES / "bin" / "fake-nvidia-smi"}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        return wrapper
 
     def set_host(self, name: str, **hostvars):
         doc = json.loads((self.inventory / "hosts.yml").read_text())
@@ -539,6 +548,37 @@ def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv
     run = fleet.play(str(play))
     assert run.rc != 0
     assert re.search(r"fatal: \[typo\]: FAILED!.*value of engine_node_build must be one of: auto, cu13, cu129, none, got: cu12\.9", run.out), run
+
+
+def test_a_driver_that_breaks_after_the_probe_fails_the_node_and_keeps_current(upstream, uv_index, tmp_path):
+    """gpu_probe saw the driver when the role planned the install; by the GPU check it no longer
+    answers (the fake's h100-580-breaks case: its first two calls, gpu_probe's, answer as h100-580,
+    the later ones fail as not-responding does). The role passes gpu_check: required, so the node
+    fails with what nvidia-smi said, instead of switching in an environment whose GPU check was
+    skipped as if the node had no GPU."""
+    fleet = Fleet(tmp_path, upstream, uv_index, {"h100": NODES["h100"]})
+    run = fleet.play("site.yml")
+    assert run.rc == 0, run
+    assert fleet.current("h100") == "0.20.0-cu13"
+
+    fleet.set_case("h100", "h100-580-breaks")
+    fleet.set_host("h100", engine_node_version="0.15.1")
+    run = fleet.play("site.yml")
+    assert run.rc != 0, run
+    assert run.recap()["h100"]["failed"] == 1, run
+    failed = re.search(r"^fatal: \[h100\]: FAILED! => (\{.*?^\})$", run.out.split("Tell what this node runs")[-1],
+                       re.M | re.S)
+    assert failed, run
+    message = json.loads(failed.group(1))["msg"]
+    assert "is not switched in: gpu_check is required" in message, message
+    assert "couldn't communicate with the NVIDIA driver" in message, message
+    # gpu_probe's two calls, then the GPU check's first
+    calls = (tmp_path / "bin" / "nvidia-smi-h100.calls").read_text().splitlines()
+    assert len(calls) == 3, calls
+    # current is where it was; the refused environment is gone, partial and all
+    assert fleet.current("h100") == "0.20.0-cu13"
+    assert fleet.envs("h100") == ["0.20.0-cu13"]
+    assert [p.name for p in (fleet.roots["h100"] / "engines" / "vllm").iterdir() if p.name.endswith(".partial")] == []
 
 
 def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tmp_path):

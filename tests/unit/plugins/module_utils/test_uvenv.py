@@ -1016,8 +1016,8 @@ def test_gpu_check_mode_refuses_other_values():
         _uvenv.gpu_check_mode("sometimes")
 
 
-NOT_RESPONDING = ("no NVIDIA driver on this node (NVIDIA-SMI has failed because it couldn't communicate with the "
-                  "NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.)")
+NOT_RESPONDING = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                  "latest NVIDIA driver is installed and running.")
 
 
 def test_gpu_check_required_fails_where_the_driver_cannot_be_reached(tmp_path, uv_bin):
@@ -1025,22 +1025,25 @@ def test_gpu_check_required_fails_where_the_driver_cannot_be_reached(tmp_path, u
     root = tmp_path / "engines" / "vllm"
     marker = (root / "0.11.0" / _envdir.MARKER_NAME).read_text()
 
+    skipped = {"skipped": True, "reason": "no NVIDIA driver on this node (%s)" % NOT_RESPONDING,
+               "driver_error": NOT_RESPONDING}
+
     def gpu(*_args):
-        return {"skipped": True, "reason": NOT_RESPONDING}
+        return dict(skipped)
 
     with pytest.raises(_errors.GpuCheckFailed) as exc:
         flow(tmp_path, uv_bin, FakeUv(), gpu=gpu, gpu_check="required", force=True).present()
     assert exc.value.msg == (
         "vllm 0.11.0 (cu128) is installed in %s.partial but is not switched in: gpu_check is required (the node's "
-        "NVIDIA driver was seen when this install was planned), and the GPU check cannot reach a driver now: %s. "
+        "NVIDIA driver was seen when this install was planned), and the GPU check cannot reach it now: %s. "
         "The environment at %s is unchanged." % (root / "0.11.0", NOT_RESPONDING, root / "0.11.0"))
     assert exc.value.details["failed_step"] == "gpu"
-    assert exc.value.details["gpu"] == {"skipped": True, "reason": NOT_RESPONDING}
+    assert exc.value.details["gpu"] == skipped
     assert (root / "0.11.0" / _envdir.MARKER_NAME).read_text() == marker
     assert not (root / "0.11.0.partial").exists()
     # true (not required): skipped and recorded, as before
     result = flow(tmp_path, uv_bin, FakeUv(), gpu=gpu, gpu_check=True, force=True).present()
-    assert result["gpu"] == {"skipped": True, "reason": NOT_RESPONDING}
+    assert result["gpu"] == skipped
 
 
 def test_gpu_check_required_passes_where_the_check_runs(tmp_path, uv_bin):

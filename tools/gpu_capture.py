@@ -8,8 +8,8 @@ It writes into DIR (at most six files):
 
 - ``query-gpu.csv``, ``q-x.xml``, ``nvidia-smi.txt``: nvidia-smi's own output, in the layout of a
   case directory of ``tests/fixtures/nvidia-smi`` (what the fake nvidia-smi replays);
-- ``timings.json``: nvidia-smi's wall time run directly, under gpu_probe's Python watchdog and
-  under coreutils' ``timeout`` (the cost of the watchdog, for bench/);
+- ``timings.json``: nvidia-smi's wall time run directly and through the collection's runner
+  (``_proc.Runner``: a session of its own, a time limit; its cost, for bench/);
 - ``gpu_probe.json``: the results of ``llmfleet.engines.gpu_probe`` run by ``ansible-playbook``
   (``{task name: registered result}``, written by the play itself, so ansible-core alone will do):
   facts and build choices, and the compute check on the real GPU in ``--python``
@@ -17,7 +17,10 @@ It writes into DIR (at most six files):
   there, a stand-in ``vllm`` package whose ``rms_norm`` launches a real CUDA kernel built for this
   GPU (sm_90), for a GPU it is not (sm_100: no kernel image), loads PTX newer than the driver
   (unsupported toolchain), or whose ``_C`` needs a CUDA 12 runtime that is not there. The stand-in
-  only makes the CUDA runtime and driver produce their real errors; it is not vLLM.
+  only makes the CUDA runtime and driver produce their real errors; it is not vLLM. The check
+  runs isolated (``python -I``, no PYTHONPATH), so the stand-in lives in an environment of its
+  own: a venv of ``--python``'s interpreter whose ``.pth`` puts the stand-in first, then
+  ``--python``'s own paths (its torch).
 - ``capture.log``: what ran.
 """
 
@@ -111,18 +114,36 @@ def log(fh, *parts):
     fh.flush()
 
 
-def timed(argv, runs):
+def timed(run, runs):
     seconds = []
     for _run in range(runs):
         started = time.monotonic()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        run()
         seconds.append(time.monotonic() - started)
     return {"median_s": round(statistics.median(seconds), 4), "min_s": round(min(seconds), 4),
             "max_s": round(max(seconds), 4), "runs": runs}
 
 
-def build_shim(work, nvcc, logfh):
-    """The stand-in vllm package and the kernel libraries; {case: env} for the compute checks."""
+def standin_env(work, python, shim_path, logfh):
+    """A venv of ``python``'s interpreter that imports the stand-in vllm from ``shim_path`` and
+    everything else (torch) from ``python``'s own paths; its interpreter."""
+    env_dir = os.path.join(work, "standin-env")
+    proc = subprocess.run([python, "-m", "venv", "--without-pip", env_dir], capture_output=True, text=True,
+                          check=False)
+    log(logfh, "$", python, "-m venv --without-pip", env_dir, "->", proc.returncode, proc.stderr.strip()[-500:])
+    paths = subprocess.run([python, "-I", "-c", "import json, sys; print(json.dumps([p for p in sys.path if p]))"],
+                           capture_output=True, text=True, check=True).stdout
+    env_python = os.path.join(env_dir, "bin", "python")
+    site = subprocess.run([env_python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with open(os.path.join(site, "llmfleet_capture_standin.pth"), "w") as fh:
+        fh.write("\n".join([shim_path] + json.loads(paths)) + "\n")
+    return env_python
+
+
+def build_shim(work, nvcc, python, logfh):
+    """The stand-in vllm package, its environment and the kernel libraries:
+    {case: (interpreter, env)} for the compute checks."""
     pkg = os.path.join(work, "shim", "vllm")
     os.makedirs(pkg)
     for name, text in (("__init__.py", SHIM_INIT), ("_C.py", SHIM_C), ("_custom_ops.py", SHIM_OPS)):
@@ -131,16 +152,16 @@ def build_shim(work, nvcc, logfh):
     src = os.path.join(work, "touch.cu")
     with open(src, "w") as fh:
         fh.write(KERNEL_CU)
-    shim_path = os.path.join(work, "shim")
-    cases = {"vllm_standin_cudart12": {"PYTHONPATH": shim_path, "LLMFLEET_CAPTURE_MODE": "cudart12"},
-             "vllm_standin_ptx_too_new": {"PYTHONPATH": shim_path, "LLMFLEET_CAPTURE_MODE": "ptx_new"}}
+    env_python = standin_env(work, python, os.path.join(work, "shim"), logfh)
+    cases = {"vllm_standin_cudart12": (env_python, {"LLMFLEET_CAPTURE_MODE": "cudart12"}),
+             "vllm_standin_ptx_too_new": (env_python, {"LLMFLEET_CAPTURE_MODE": "ptx_new"})}
     for case, gencode in (("sm_90", "arch=compute_90,code=sm_90"), ("sm_100", "arch=compute_100,code=sm_100")):
         lib = os.path.join(work, "libtouch_%s.so" % case)
         argv = [nvcc, "-shared", "-Xcompiler", "-fPIC", "-gencode", gencode, src, "-o", lib]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         log(logfh, "$", " ".join(argv), "->", proc.returncode, proc.stderr.strip()[-500:])
         if proc.returncode == 0:
-            cases["vllm_standin_%s" % case] = {"PYTHONPATH": shim_path, "LLMFLEET_CAPTURE_LIB": lib}
+            cases["vllm_standin_%s" % case] = (env_python, {"LLMFLEET_CAPTURE_LIB": lib})
     return cases
 
 
@@ -169,32 +190,33 @@ def main():
     os.makedirs(collections)
     os.symlink(ROOT, os.path.join(collections, "engines"))
     sys.path.insert(0, os.path.join(work, "collections"))
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu  # pylint: disable=import-outside-toplevel
+    from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner  # pylint: disable=import-outside-toplevel
 
     timings = {}
+    runner = Runner()
     for label, argv in (("query", [smi, QUERY, "--format=csv,noheader,nounits"]), ("xml", [smi, "-q", "-x"])):
         timings[label] = {
-            "direct": timed(argv, args.runs),
-            "python_watchdog": timed(_gpu.bounded(argv, 30), args.runs),
-            "coreutils_timeout": timed(_gpu.bounded(argv, 30, shutil.which("timeout")), args.runs),
+            "direct": timed(lambda argv=argv: subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                             check=False), args.runs),
+            "runner": timed(lambda argv=argv: runner(argv, timeout=30), args.runs),
         }
         log(logfh, label, json.dumps(timings[label]))
     with open(os.path.join(args.out, "timings.json"), "w") as fh:
         json.dump(timings, fh, indent=1)
 
-    checks = {"torch_only": ("none", {}), "vllm_missing": ("vllm", {}),
-              "no_visible_device": ("none", {"CUDA_VISIBLE_DEVICES": ""})}
+    checks = {"torch_only": (args.python, "none", {}), "vllm_missing": (args.python, "vllm", {}),
+              "no_visible_device": (args.python, "none", {"CUDA_VISIBLE_DEVICES": ""})}
     if args.nvcc:
-        for case, env in build_shim(work, args.nvcc, logfh).items():
-            checks[case] = ("vllm", env)
+        for case, (python, env) in build_shim(work, args.nvcc, args.python, logfh).items():
+            checks[case] = (python, "vllm", env)
 
     tasks = []
     for version, build in (("0.20.0", "auto"), ("0.11.0", "auto"), ("0.20.0", "cu129"), ("0.15.1", "cu13")):
         tasks.append({"name": "choice %s %s" % (version, build),
                       "llmfleet.engines.gpu_probe": {"version": version, "build": build}})
-    for case, (engine, env) in checks.items():
+    for case, (python, engine, env) in checks.items():
         tasks.append({"name": "check %s" % case,
-                      "llmfleet.engines.gpu_probe": {"python": args.python, "engine": engine, "env": env,
+                      "llmfleet.engines.gpu_probe": {"python": python, "engine": engine, "env": env,
                                                      "python_timeout": 300, "version": "0.20.0"}})
     results_file = os.path.abspath(os.path.join(args.out, "gpu_probe.json"))
     names = {}

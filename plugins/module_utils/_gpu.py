@@ -6,18 +6,14 @@
 A node's GPU facts (from ``nvidia-smi``), its glibc and machine architecture, and the compute
 check that proves an engine environment computes on the node's GPUs.
 
-Commands run through ``run_command``: any callable with the calling convention of
-``AnsibleModule.run_command`` restricted to ``run_command(argv, environ_update=None)``,
-returning ``(rc, stdout, stderr)`` as text. Passing ``module.run_command`` works. Every command
-is bounded: it runs under a small watchdog in the module's own interpreter (``sys.executable``)
-that kills the command's process group after ``timeout`` seconds and exits 124; or, where the
-caller passes ``timeout_bin`` (GNU coreutils' ``timeout``, found on the node), under that,
-which does the same for a fraction of the cost (no second Python start): ``gather_facts`` runs
-``nvidia-smi`` twice on every play, so it is worth it there.
+Commands run through ``run``, the collection's one runner (``_proc.Runner``) or anything with
+its calling convention: ``run(argv, env=None, timeout=None) -> CommandResult`` (``rc``, ``out``,
+``err``, ``timed_out``). Every command is bounded by ``timeout``: the runner stops the command's
+whole process group then.
 
 Public entry points
 -------------------
-``gather_facts(run_command, nvidia_smi, timeout=30, timeout_bin=None) -> dict``
+``gather_facts(run, nvidia_smi, timeout=30) -> dict``
     ``{"nvidia_smi": path|None, "driver_version": str|None, "cuda_version": str|None,
     "gpus": [{"index": int, "name": str, "uuid": str, "compute_capability": str|None,
     "memory_mib": int|None}], "gpu_count": int, "driver_error": str|None,
@@ -26,9 +22,11 @@ Public entry points
     None, no GPUs, ``driver_error`` says why). Raises :class:`NvidiaSmiTimeout` when
     ``nvidia-smi`` hangs and :class:`NvidiaSmiError` when it fails otherwise.
 
-``compute_check(run_command, python, timeout, env=None, engine="vllm") -> dict``
-    Runs :data:`COMPUTE_CHECK_SCRIPT` in ``python`` (an engine environment's interpreter) with
-    ``env`` added to the environment: a small computation on every visible GPU, then, for
+``compute_check(run, python, timeout, env=None, engine="vllm") -> dict``
+    Runs :data:`COMPUTE_CHECK_SCRIPT` in ``python`` (an engine environment's interpreter) in
+    isolated mode (``-I``), with ``env`` added to the environment and without ``PYTHONPATH`` or
+    ``PYTHONHOME`` (nothing from outside the environment shadows its torch or engine): a small
+    computation on every visible GPU, then, for
     ``engine="vllm"``, vLLM's own compiled ``rms_norm`` on each. Never raises for a failed
     check; returns::
 
@@ -51,7 +49,6 @@ import json
 import os
 import platform
 import re
-import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -59,9 +56,6 @@ from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
-#: Exit status of the watchdog when the command ran out of time (as coreutils' timeout).
-TIMEOUT_RC = 124
-_TIMEOUT_MARK = "llmfleet-watchdog: timed out"
 #: How much of a command's other output is kept for messages.
 OUTPUT_TAIL = 4000
 #: A marker key in the compute check's JSON document, to find it among other output.
@@ -76,34 +70,9 @@ CLASSIFICATIONS = (
     "other",
 )
 
-# Runs a command with inherited stdout/stderr in its own process group; after the timeout the
-# whole group is killed and the watchdog exits 124. Written without dollar signs: run_command
-# expands environment variables in its arguments.
-WATCHDOG_SCRIPT = r"""
-import os, signal, subprocess, sys
-limit = float(sys.argv[1])
-try:
-    proc = subprocess.Popen(sys.argv[2:], start_new_session=True)
-except OSError as exc:
-    sys.stderr.write("%s: %s\n" % (sys.argv[2], exc))
-    sys.exit(127)
-try:
-    rc = proc.wait(timeout=limit)
-except subprocess.TimeoutExpired:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    proc.wait()
-    sys.stderr.write("\nllmfleet-watchdog: timed out after %g s\n" % limit)
-    sys.exit(124)
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
-
 # The compute check, run by the engine environment's interpreter (any Python 3.8+): it prints
 # one JSON document, on the last line of stdout, whatever happens. Uses only the torch API that
 # docs/dev/CONTRACTS.md lists, so that it runs with real torch and with the tests' fake one.
-# No dollar signs (see WATCHDOG_SCRIPT).
 COMPUTE_CHECK_SCRIPT = r'''
 import json, sys, traceback, warnings
 
@@ -195,44 +164,10 @@ class NvidiaSmiError(GpuError):
 
 # --- running commands -------------------------------------------------------------------
 
-
-#: Seconds coreutils' timeout waits after SIGTERM before it sends SIGKILL.
-KILL_AFTER = 5
-
-
-def usable_timeout(path):
-    """``path`` when it is GNU coreutils' ``timeout`` (busybox's takes other options), else None."""
-    if not path or os.path.basename(os.path.realpath(path)) != "timeout":
-        return None
-    return path
-
-
-def bounded(argv, timeout, timeout_bin=None):
-    """``argv`` wrapped in what stops it after ``timeout`` seconds: coreutils' ``timeout_bin``
-    when given (SIGTERM to the command's process group, SIGKILL ``KILL_AFTER`` s later), else the
-    Python watchdog."""
-    if timeout_bin:
-        return [timeout_bin, "-k", str(KILL_AFTER), "%g" % float(timeout)] + [str(a) for a in argv]
-    return [sys.executable, "-c", WATCHDOG_SCRIPT, "%g" % float(timeout)] + [str(a) for a in argv]
-
-
-def run_bounded(run_command, argv, timeout, env=None, timeout_bin=None):
-    """Run ``argv`` for at most ``timeout`` seconds: ``(rc, out, err, timed_out, seconds)``."""
-    started = time.monotonic()
-    rc, out, err = run_command(bounded(argv, timeout, timeout_bin), environ_update=dict(env or {}))
-    seconds = round(time.monotonic() - started, 3)
-    if rc < 0:
-        # coreutils' timeout dies of the signal that ended the command: say so as a shell does
-        rc = 128 - rc
-    if timeout_bin:
-        # 124: stopped by SIGTERM; 137: by the SIGKILL that followed. A command that exits so by
-        # itself, or is killed by someone else, before its time is up has not timed out.
-        timed_out = rc in (TIMEOUT_RC, 128 + 9) and seconds >= float(timeout)
-    else:
-        timed_out = rc == TIMEOUT_RC and _TIMEOUT_MARK in (err or "")
-        if timed_out:
-            err = err.replace("\nllmfleet-watchdog: timed out after %g s\n" % float(timeout), "")
-    return rc, out or "", err or "", timed_out, seconds
+#: What the compute check's interpreter must not inherit: a path that would put other packages
+#: before the environment's own (``-I`` ignores them in the check itself; this keeps them from
+#: the processes it starts, such as torch's compile workers).
+SCRUBBED_ENV = ("PYTHONPATH", "PYTHONHOME")
 
 
 def tail(text, limit=OUTPUT_TAIL):
@@ -350,7 +285,7 @@ def _no_driver(rc, text):
     return rc in _NO_DRIVER_RC or bool(_NO_DRIVER.search(text or ""))
 
 
-def gather_facts(run_command, nvidia_smi, timeout=30, timeout_bin=None):
+def gather_facts(run, nvidia_smi, timeout=30):
     """The node's GPU facts (see the module docstring for the shape)."""
     facts = {
         "nvidia_smi": nvidia_smi or None,
@@ -373,23 +308,23 @@ def gather_facts(run_command, nvidia_smi, timeout=30, timeout_bin=None):
             "%s is not an executable file: give the path of nvidia-smi in nvidia_smi" % nvidia_smi
         )
 
-    def run(argv):
-        rc, out, err, timed_out, _seconds = run_bounded(run_command, argv, timeout, timeout_bin=timeout_bin)
-        if timed_out:
+    def smi(argv):
+        res = run(argv, timeout=timeout)
+        if res.timed_out:
             raise NvidiaSmiTimeout(
                 "%s did not answer within %g s: the driver or a GPU may be hung (look for Xid "
                 "errors in the kernel log, `dmesg`); raise timeout if this node is only slow"
                 % (" ".join(argv), float(timeout))
             )
-        return rc, out, err
+        return res.rc, res.out, res.err
 
     fields = QUERY_FIELDS
-    rc, out, err = run(query_argv(nvidia_smi, fields))
+    rc, out, err = smi(query_argv(nvidia_smi, fields))
     text = (out + "\n" + err).strip()
     if rc != 0 and re.search(r'"compute_cap" is not a valid field', text):
         # drivers before 510 do not know compute_cap (they are below every build's floor anyway)
         fields = tuple(f for f in QUERY_FIELDS if f != "compute_cap")
-        rc, out, err = run(query_argv(nvidia_smi, fields))
+        rc, out, err = smi(query_argv(nvidia_smi, fields))
         text = (out + "\n" + err).strip()
     if rc != 0:
         if _no_driver(rc, text):
@@ -400,7 +335,7 @@ def gather_facts(run_command, nvidia_smi, timeout=30, timeout_bin=None):
         )
     driver, gpus = parse_query(out, fields)
 
-    rc, out, err = run(xml_argv(nvidia_smi))
+    rc, out, err = smi(xml_argv(nvidia_smi))
     if rc != 0:
         text = (out + "\n" + err).strip()
         if _no_driver(rc, text):
@@ -420,8 +355,16 @@ def gather_facts(run_command, nvidia_smi, timeout=30, timeout_bin=None):
 
 
 def compute_argv(python, engine="vllm"):
-    """The command line of the compute check."""
-    return [python, "-u", "-c", COMPUTE_CHECK_SCRIPT, engine or "none"]
+    """The command line of the compute check: isolated mode (``-I``: no ``PYTHONPATH``, no user
+    site, not the working directory), as the uv flow's import check."""
+    return [python, "-I", "-u", "-c", COMPUTE_CHECK_SCRIPT, engine or "none"]
+
+
+def check_environ(env=None):
+    """The environment updates of the compute check: ``env``, less :data:`SCRUBBED_ENV`."""
+    updates = dict((str(k), str(v)) for k, v in (env or {}).items())
+    updates.update((name, None) for name in SCRUBBED_ENV)
+    return updates
 
 
 def parse_check_output(stdout):
@@ -552,10 +495,13 @@ def classify(text, result=None):
     return "other", "the GPU check failed for a reason not recognised: read the error and the output"
 
 
-def compute_check(run_command, python, timeout, env=None, engine="vllm"):
+def compute_check(run, python, timeout, env=None, engine="vllm"):
     """Run the compute check in ``python``; see the module docstring for the result."""
     engine = engine or "none"
-    rc, out, err, timed_out, seconds = run_bounded(run_command, compute_argv(python, engine), timeout, env)
+    started = time.monotonic()
+    res = run(compute_argv(python, engine), env=check_environ(env), timeout=timeout)
+    seconds = round(time.monotonic() - started, 3)
+    rc, out, err, timed_out = res.rc, res.out, res.err, res.timed_out
     doc, rest = parse_check_output(out)
     doc = doc or {}
     output = tail("\n".join(part for part in (rest.strip(), err.strip()) if part))

@@ -42,14 +42,15 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
     inspect_env, marker_json, pending_debris, rebuild_reasons, refuse_foreign, remove_tree,
     switch_into_place, wanted_spec, write_json_atomic)
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
-    GpuCheckFailed, InstallFailed, InstallTimeout, LockMismatch, NotEnoughSpace, ResolveFailed,
+    GpuCheckFailed, InstallFailed, InstallTimeout, LockBusy, LockMismatch, NotEnoughSpace, ResolveFailed,
     UvEnvError, UvUnusable, VenvFailed, VerifyFailed)
-from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock, Progress, read_progress, utc_now
+from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import (
+    PathLock, Progress, busy_message, holder_text, utc_now)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
     check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
     param_secrets, parse_uv_version, redact, requirement_lines, resolve_command, strip_userinfo,
     uv_environ, venv_argv, verify_argv)
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner, tail
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
     check_engine, check_expect, lock_versions, normalize_name, parse_lock, versions_match)
 from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
@@ -69,19 +70,15 @@ def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
     ``{"skipped": True, "reason": ...}`` on a node without a driver; the check's result when
     it passes; GpuCheckFailed (with the result and its classification) when it does not.
     """
-    def run_command(argv, environ_update=None):
-        res = run(argv, env=environ_update)
-        return res.rc, res.out, res.err
-
     try:
-        facts = _gpu.gather_facts(run_command, nvidia_smi, timeout=30)
+        facts = _gpu.gather_facts(run, nvidia_smi, timeout=30)
     except _gpu.GpuError as exc:
         raise GpuCheckFailed("asking the driver for the node's GPUs before the GPU check failed: %s" % exc)
     if not facts.get("driver_version"):
         return {"skipped": True,
                 "reason": "no NVIDIA driver on this node (%s)" % (facts.get("driver_error") or "nvidia-smi found none"),
                 "driver_error": facts.get("driver_error")}
-    result = _gpu.compute_check(run_command, python_bin, timeout, env=env, engine=engine)
+    result = _gpu.compute_check(run, python_bin, timeout, env=env, engine=engine)
     if not result.get("ok"):
         raise GpuCheckFailed(_gpu.failure_message(result), gpu=result,
                              classification=result.get("classification"), hint=result.get("hint"))
@@ -113,13 +110,14 @@ def gpu_check_mode(value):
 class EngineEnv:
     """One engine environment at ``params['path']``.
 
-    ``run`` is a command runner (``ModuleRunner`` or a fake): ``run(argv, data=None, env=None,
-    cwd=None, timeout=None) -> CommandResult``. ``runner_factory(keep_fds)`` makes one that
-    passes the lock to the commands it starts.
+    ``run`` is a command runner (``_proc.Runner`` or a fake): ``run(argv, data=None, env=None,
+    cwd=None, timeout=None) -> CommandResult``. ``runner_factory(keep_fds=(), on_command=None)``
+    makes one (``_proc.Runner`` itself by default) that passes the locks to the commands it
+    starts and records each command's process group in the path lock.
     """
 
-    def __init__(self, params, runner_factory, uv_bin, check_mode=False, clock=time.monotonic,
-                 gpu=None):
+    def __init__(self, params, runner_factory=Runner, uv_bin=None, check_mode=False,
+                 clock=time.monotonic, gpu=None):
         self.p = params
         self.path = os.path.abspath(params["path"]).rstrip("/") or "/"
         self.parent = os.path.dirname(self.path)
@@ -130,7 +128,7 @@ class EngineEnv:
         self.python_install_dir = params.get("python_install_dir") or os.path.join(
             self.parent, ".uv-python")
         self.runner_factory = runner_factory
-        self.run = runner_factory(())
+        self.run = runner_factory()
         self.uv = uv_bin
         self.check_mode = check_mode
         self.clock = clock
@@ -176,17 +174,10 @@ class EngineEnv:
             )
         return version
 
-    def _holder(self):
-        data = read_progress(self.progress_path)
-        if not data:
-            return ""
-        return " (pid %s, installing %s %s: step %s since %s)" % (
-            data.get("pid"), data.get("engine"), data.get("version"), data.get("step"),
-            data.get("step_started"))
-
-    def _lock(self, shared=False, create=True):
-        return PathLock(self.lock_path, self.p["lock_timeout"], shared=shared, create=create,
-                        describe_holder=self._holder)
+    def _lock(self, shared=False, create=True, about=None):
+        # check mode does not wait behind a build: it reads what is on disk (see present)
+        return PathLock(self.lock_path, 0 if self.check_mode else self.p["lock_timeout"],
+                        shared=shared, create=create, about=about, progress_path=self.progress_path)
 
     def _result(self, changed, marker, lock_entries, msg, **extra):
         lock = None
@@ -220,10 +211,18 @@ class EngineEnv:
             check_wheel_credentials(self.p["wheel"]["url"], self.p.get("index_url"), self.p.get("extra_index_url"))
         if not self.check_mode:
             os.makedirs(self.parent, exist_ok=True)
-        lock = self._lock(shared=self.check_mode, create=not self.check_mode)
-        lock.acquire()
+        lock = self._lock(shared=self.check_mode, create=not self.check_mode,
+                          about="uv_engine_env state=present, %s" % self._label())
+        busy = None
         try:
-            debris = pending_debris(self.path)
+            lock.acquire()
+        except LockBusy as exc:
+            if not self.check_mode:
+                raise
+            busy = exc.details.get("holder")
+        try:
+            # a running build's .partial is its own, not debris
+            debris = [] if busy else pending_debris(self.path)
             restore = [d for d in debris if d[0] == "restore"]
             if restore and not self.check_mode:
                 clear_debris(self.path, restore)
@@ -250,21 +249,21 @@ class EngineEnv:
                 changed = bool(debris)
                 if debris and not self.check_mode:
                     clear_debris(self.path, debris)
-                return self._result(
+                return self._with_holder(busy, self._result(
                     changed, state["marker"], entries,
                     "%s is up to date at %s%s" % (self._label(), self.path, "; cleared %s" % ", ".join(
                         t for _action, t in debris) if debris else ""),
                     debris=[t for _action, t in debris],
-                    diff=self._diff(before, state["marker"]) if diff else None)
+                    diff=self._diff(before, state["marker"]) if diff else None))
             if self.check_mode:
                 after = self._predicted_marker(wanted)
-                return self._result(
+                return self._with_holder(busy, self._result(
                     True, before, self._read_lock_entries(self.path) if before else {},
                     "would build %s at %s: %s" % (self._label(), self.path, "; ".join(reasons)),
                     reasons=reasons, debris=[t for _action, t in debris],
-                    diff=self._diff(before, after) if diff else None)
+                    diff=self._diff(before, after) if diff else None))
             clear_debris(self.path, debris)
-            marker, entries = self._build(wanted, lock.fd)
+            marker, entries = self._build(wanted, lock)
             return self._result(
                 True, marker, entries,
                 "built %s at %s: %s" % (self._label(), self.path, "; ".join(reasons)),
@@ -272,6 +271,16 @@ class EngineEnv:
                 diff=self._diff(before, marker) if diff else None)
         finally:
             lock.release()
+
+    def _with_holder(self, busy, result):
+        """Check mode with the path locked by another run: the result is what the disk shows now
+        (the live environment is not touched before a build's switch); say who holds the lock."""
+        if busy:
+            result["holder"] = busy
+            result["msg"] = "%s. Judged from what is on disk now, without waiting: %s" % (
+                result["msg"], busy_message(busy) if busy.get("alive") is False else
+                "another run holds %s: %s, and may change it" % (self.lock_path, holder_text(busy)))
+        return result
 
     def _refuse_leftovers_in_the_way(self, foreign):
         """A build needs ``<path>.partial``, and ``<path>.old`` when an environment is there to
@@ -353,7 +362,7 @@ class EngineEnv:
         return {"before": marker_json(before), "after": marker_json(after),
                 "before_header": MARKER_NAME + " (before)", "after_header": MARKER_NAME + " (after)"}
 
-    def _build(self, wanted, lock_fd):
+    def _build(self, wanted, lock):
         p = self.p
         deadline = self.clock() + p["timeout"]
         progress = Progress(self.progress_path, {"path": self.path, "engine": p["engine"],
@@ -365,7 +374,7 @@ class EngineEnv:
             os.makedirs(os.path.dirname(self.cache_dir) or "/", exist_ok=True)
             cache_lock = PathLock(self.cache_dir + ".lock", p["lock_timeout"], shared=True)
             cache_lock.acquire()
-            run = self.runner_factory((lock_fd, cache_lock.fd))
+            run = self.runner_factory((lock.fd, cache_lock.fd), lock.note_command)
             env = self.uv_env()
             python_bin = os.path.join(self.partial, "bin", "python")
             lock_file = os.path.join(self.partial, LOCK_FILE_NAME)
@@ -577,7 +586,7 @@ class EngineEnv:
             return result
         if not os.path.isdir(self.parent):
             return result
-        lock = self._lock()
+        lock = self._lock(about="uv_engine_env state=absent")
         lock.acquire()
         unlink = False
         try:

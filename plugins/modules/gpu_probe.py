@@ -70,6 +70,8 @@ options:
   env:
     description:
       - Extra environment for the compute check, for example C(CUDA_VISIBLE_DEVICES).
+      - The check runs its interpreter isolated (C(python -I)) and without C(PYTHONPATH) or
+        C(PYTHONHOME), given here or inherited, so that it proves the environment's own torch and engine.
     type: dict
   version:
     description:
@@ -102,9 +104,9 @@ attributes:
     platforms: posix
     description: Linux nodes with or without an NVIDIA driver.
 notes:
-  - C(nvidia-smi) runs under coreutils' C(timeout) where the node has it, else under a watchdog
-    in the module's own Python; the compute check always under that watchdog. Either stops the
-    command's whole process group when its time is up.
+  - Each command (C(nvidia-smi), the compute check) runs in a process group of its own; when its
+    time is up the whole group is stopped (SIGTERM, then SIGKILL a few seconds later), so nothing
+    it started outlives it.
   - Build names, and where each build of each vLLM version comes from, are described in
     the P(llmfleet.engines.engine_builds#filter) filter.
 seealso:
@@ -362,6 +364,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _builds, _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
 
 
 def main():
@@ -385,9 +388,9 @@ def main():
             module.fail_json(msg="%s must be at least 1 second, not %d" % (name, params[name]))
 
     nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
+    run = Runner()
     try:
-        facts = _gpu.gather_facts(module.run_command, nvidia_smi, params["timeout"],
-                                  timeout_bin=_gpu.usable_timeout(module.get_bin_path("timeout")))
+        facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"])
     except _gpu.GpuError as exc:
         module.fail_json(msg="reading the node's GPUs: %s" % exc)
     result = dict(changed=False, **facts)
@@ -412,7 +415,7 @@ def main():
             )
         env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
         result["compute"] = _gpu.compute_check(
-            module.run_command, python, params["python_timeout"], env=env, engine=params["engine"]
+            run, python, params["python_timeout"], env=env, engine=params["engine"]
         )
         if not result["compute"]["ok"]:
             module.warn(_gpu.failure_message(result["compute"]))

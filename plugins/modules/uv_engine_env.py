@@ -27,14 +27,20 @@ description:
     When it matches the wanted spec and the environment is intact, nothing runs but C(uv --version) and nothing
     is downloaded.
   - Any failure removes the partial environment, keeps the uv cache, and leaves an existing environment as it was.
-  - Concurrent runs on one O(path) are serialised by an C(flock) on C(<path>.lock). While it builds, the current
-    step is written to C(<path>.progress.json).
+  - Concurrent runs on one O(path) are serialised by an C(flock) on C(<path>.lock). The run holding it writes its
+    pid, what it does and the process group of the command it runs into that file; while it builds, the current
+    step is written to C(<path>.progress.json). A run that cannot get the lock names the holder, and says when the
+    holder is gone but a command it left running still holds the lock (and how to stop that command).
 author:
   - llmfleet maintainers (@llmfleet)
 attributes:
   check_mode:
     support: full
-    description: Reads the marker and the lock only; reports what would be built and why, and writes nothing.
+    description:
+      - Reads the marker and the lock only; reports what would be built and why, and writes nothing.
+      - It does not wait for another run's lock. When a build holds C(<path>.lock), the result is judged from what is
+        on disk at that moment (the live environment is not touched before a build switches in), RV(holder) names the
+        run and its step, and a warning says so. The task does not fail.
   diff_mode:
     support: full
     description: The marker before and after.
@@ -163,7 +169,10 @@ options:
     type: list
     elements: str
   env:
-    description: More environment variables for the verification and the GPU check.
+    description:
+      - More environment variables for the verification and the GPU check.
+      - The import check and the GPU check run their interpreter isolated (C(python -I)), and the GPU check without
+        C(PYTHONPATH) or C(PYTHONHOME), so that what they prove is the environment's own packages.
     type: dict
   gpu_check:
     description:
@@ -190,11 +199,15 @@ options:
     type: float
     default: 0
   timeout:
-    description: Seconds the whole build may take; a uv command still running then is stopped.
+    description:
+      - Seconds the whole build may take. The command running then is stopped with every process it started (its
+        process group, with SIGTERM, then SIGKILL a few seconds later), so nothing of it keeps the lock.
     type: int
     default: 3600
   lock_timeout:
-    description: Seconds to wait for another run holding C(<path>.lock) (an install of the same path).
+    description:
+      - Seconds to wait for another run holding C(<path>.lock) (an install of the same path). Check mode does not
+        wait.
     type: int
     default: 3600
   cache_dir:
@@ -332,12 +345,49 @@ cmd:
   returned: when a uv command failed
   type: list
   elements: str
+holder:
+  description:
+    - Who holds C(<path>.lock), as its record and the progress file tell.
+  returned: in check mode when another run holds the lock; on failure when lock_timeout ran out
+  type: dict
+  contains:
+    lock:
+      description: The lock file.
+      type: str
+    recorded:
+      description: Whether the holder recorded itself in the lock file.
+      type: bool
+    pid:
+      description: The holder's process id; null when unknown.
+      type: int
+    alive:
+      description:
+        - Whether that process is still there. V(false) with the lock held means an orphan of a killed run holds it
+          (see RV(holder.command)).
+      type: bool
+    started:
+      description: When the holder took the lock.
+      type: str
+    about:
+      description: What the holder does.
+      type: str
+      sample: uv_engine_env state=present, vllm 0.11.0 (cu129)
+    step:
+      description: The build step the holder is in; null when it is not building.
+      type: str
+      sample: install
+    step_started:
+      description: When that step started.
+      type: str
+    command:
+      description: The command the holder runs (C(pgid), its process group; C(argv), its start; C(started); C(alive)).
+      type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import ModuleRunner
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import param_secrets, redact, scrub_environ
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv, gpu_check_mode
 
@@ -400,8 +450,7 @@ def main():
         uv = module.get_bin_path("uv", required=True)
     if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"]:
         params["nvidia_smi"] = module.get_bin_path("nvidia-smi")
-    flow = EngineEnv(params, lambda keep_fds: ModuleRunner(module, keep_fds), uv,
-                     check_mode=module.check_mode)
+    flow = EngineEnv(params, Runner, uv, check_mode=module.check_mode)
     try:
         if params["state"] == "present":
             result = flow.present(diff=module._diff)
@@ -419,6 +468,8 @@ def main():
     result = redact(result, secrets)
     if result.get("diff") is None:
         result.pop("diff", None)
+    if result.get("holder"):
+        module.warn(result["msg"])
     for warning in flow.warnings:
         module.warn(warning)
     module.exit_json(**result)

@@ -7,6 +7,7 @@ are figures. The stand-in vLLM cases need nvcc and a GPU; they are left out (``-
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.unit.plugins.python_envs import make_env
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +46,7 @@ def test_capture_against_the_fake_nvidia_smi(tmp_path):
     timings = json.loads((out / "timings.json").read_text())
     assert set(timings) == {"query", "xml"}
     for label in timings.values():
-        assert set(label) == {"direct", "python_watchdog", "coreutils_timeout"}
+        assert set(label) == {"direct", "runner"}
         assert all(side["runs"] == 2 and 0 < side["min_s"] <= side["median_s"] <= side["max_s"] for side in label.values())
 
     results = json.loads((out / "gpu_probe.json").read_text())
@@ -61,3 +63,23 @@ def test_capture_against_the_fake_nvidia_smi(tmp_path):
         assert (check["ok"], check["stage"], check["classification"]) == (False, "import torch", "other"), check
         assert "No module named 'torch'" in check["error"]
     assert not any(r.get("failed") for r in results.values())
+
+
+def test_the_stand_in_vllm_gets_an_environment_of_its_own(tmp_path):
+    """The compute check runs isolated (no PYTHONPATH): the stand-in vLLM of the nvcc cases comes
+    from a venv whose .pth puts it before --python's own paths (where torch is)."""
+    spec = importlib.util.spec_from_file_location("gpu_capture", REPO / "tools" / "gpu_capture.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    python = make_env(tmp_path / "torch-env", {  # --python: an environment with torch (and a vllm)
+        "torch/__init__.py": "__version__ = 'torch-of-the-env'\n",
+        "vllm/__init__.py": "__version__ = 'a vllm the stand-in must shadow'\n"})
+    shim = tmp_path / "shim"
+    (shim / "vllm").mkdir(parents=True)
+    (shim / "vllm" / "__init__.py").write_text("import torch\n__version__ = 'stand-in'\n")
+    with open(tmp_path / "capture.log", "w") as logfh:
+        env_python = tool.standin_env(str(tmp_path / "work"), str(python), str(shim), logfh)
+    code = "import torch, vllm; print(torch.__version__, vllm.__version__)"
+    out = subprocess.run([env_python, "-I", "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}).stdout
+    assert out.split() == ["torch-of-the-env", "stand-in"]

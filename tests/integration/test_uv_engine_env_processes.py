@@ -1,4 +1,5 @@
-"""uv_engine_env as processes: killed mid-install, two runs on one path at once.
+"""uv_engine_env as processes: killed mid-install, two runs on one path at once, a command that
+outlives its time limit, and the lock's holder named to a run that finds it busy.
 
 The module runs as its own process (``python plugins/modules/uv_engine_env.py ARGS``, as Ansible
 would run it on a node) against the fake upstream; the ``slow`` fault keeps an install busy long
@@ -120,6 +121,71 @@ def lock_is_held(lock_path):
     return False
 
 
+def alive(pid):
+    """Whether ``pid`` is there and not a zombie."""
+    try:
+        fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z"
+
+
+def group_members(pgid):
+    """The live (non-zombie) processes of group ``pgid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[2] == str(pgid) and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def lock_record(lock_path):
+    """The holder's record in the path lock (what PathLock writes), or None."""
+    try:
+        text = lock_path.read_text().strip()
+    except OSError:
+        return None
+    return json.loads(text) if text else None
+
+
+def stubborn_uv(tmp_path):
+    """A uv whose ``pip install`` starts a child that ignores SIGTERM and would outlive it, both
+    holding the descriptors uv was given (the path's lock among them), then hangs; every other
+    command is the real uv's. The pids land in tmp_path/uv.pid and tmp_path/child.pid."""
+    wrapper = tmp_path / "wrap" / "uv"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = pip ] && [ \"$2\" = install ]; then\n"
+        "    sh -c 'trap \"\" TERM; echo $$ > %(dir)s/child.pid.tmp; mv %(dir)s/child.pid.tmp %(dir)s/child.pid; "
+        "exec sleep 300' </dev/null &\n"
+        "    echo $$ > %(dir)s/uv.pid.tmp; mv %(dir)s/uv.pid.tmp %(dir)s/uv.pid\n"
+        "    wait\n"
+        "    exit 1\n"
+        "fi\n"
+        "exec %(uv)s \"$@\"\n" % {"dir": tmp_path, "uv": UV})
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def kill_uv_group(tmp_path):
+    """The stubborn uv's group (uv, its child), by the pid it wrote: a test cleans up after itself."""
+    try:
+        os.killpg(int((tmp_path / "uv.pid").read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+def read_pid(path):
+    wait_for(path.exists, str(path))
+    return int(path.read_text())
+
+
 def import_version(path):
     return subprocess.run(
         [str(path / "bin" / "python"), "-c", "import vllm; print(vllm.__version__)"],
@@ -131,13 +197,20 @@ def test_sigkill_mid_install_then_rerun_converges(upstream, tmp_path):
     path = tmp_path / "engines" / "vllm" / "0.11.0"
     partial = path.parent / (path.name + ".partial")
     upstream.fault("slow", delay=4, count=2, path="/files/torch-2.8.0")
+    lock_path = path.parent / (path.name + ".lock")
     proc = start(tmp_path, "killed", module_args(upstream, path))
     try:
         wait_for(partial.exists, "the partial environment")
         wait_for(lambda: progress_step(path) == "install", "the install step")
+        wait_for(lambda: ((lock_record(lock_path) or {}).get("command") or {}).get("argv", [])[1:3] == ["pip", "install"],
+                 "uv pip install recorded in the lock")
         time.sleep(0.5)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the module and the uv it runs
+        # the module and the uv it runs (in a process group of its own, recorded in the lock)
+        uv_group = ((lock_record(lock_path) or {}).get("command") or {}).get("pgid")
+        os.killpg(proc.pid, signal.SIGKILL)
+        if uv_group:
+            os.killpg(uv_group, signal.SIGKILL)
         proc.wait()
         proc.out_file.close()
     assert partial.exists() and not path.exists(), "the kill did not land mid-install"
@@ -191,3 +264,81 @@ def test_two_runs_at_once_on_one_path(upstream, tmp_path):
     installs = [e for e in upstream.log() if e["method"] == "GET" and e["path"] == "/files/vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl"]
     assert len(installs) == 2, "one build (resolve + install downloads), not two"
     assert import_version(path) == "0.11.0"
+
+
+def test_a_timeout_stops_every_process_of_the_command_and_frees_the_lock(upstream, tmp_path):
+    """uv's child ignores SIGTERM and would outlive uv, holding the path's lock: at the build's
+    timeout the whole group goes, and the next run finds the lock free. Meanwhile a check-mode
+    run does not wait: it names the build, its step and the command's process group."""
+    path = tmp_path / "engines" / "vllm" / "0.11.0"
+    lock_path = path.parent / (path.name + ".lock")
+    args = module_args(upstream, path, uv=str(stubborn_uv(tmp_path)), timeout=20)
+    proc = start(tmp_path, "build", args)
+    try:
+        uv_pid = read_pid(tmp_path / "uv.pid")
+        child_pid = read_pid(tmp_path / "child.pid")
+        record = lock_record(lock_path)
+        assert record["pid"] == proc.pid and record["about"] == "uv_engine_env state=present, vllm 0.11.0"
+        assert record["command"]["pgid"] == uv_pid and record["command"]["argv"][:3] == ["uv", "pip", "install"]
+
+        started = time.monotonic()
+        checked = finish(start(tmp_path, "check", dict(args, _ansible_check_mode=True)), timeout=60)
+        assert time.monotonic() - started < 30, "check mode waited for the build's lock"
+        assert checked.get("failed") is not True, checked.get("msg")
+        assert checked["changed"] is True and checked["debris"] == []
+        holder = checked["holder"]
+        assert (holder["pid"], holder["alive"], holder["step"]) == (proc.pid, True, "install")
+        assert (holder["command"]["pgid"], holder["command"]["alive"]) == (uv_pid, True)
+        assert "another run holds %s: pid %d (" % (lock_path, proc.pid) in checked["msg"]
+
+        result = finish(proc, timeout=90)
+        assert result.get("failed") is True
+        assert "did not finish within timeout (20 s); stopped during step install" in result["msg"], result["msg"]
+        assert not alive(child_pid), "uv's child %d outlived the timeout" % child_pid
+        assert not alive(uv_pid) and group_members(uv_pid) == []
+        assert not lock_is_held(lock_path), "the lock is still held after the timeout"
+        assert lock_record(lock_path) is None
+        assert not (path.parent / (path.name + ".partial")).exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_uv_group(tmp_path)  # whatever a failed assertion would leave behind
+
+    again = finish(start(tmp_path, "next", dict(args, _ansible_check_mode=True)), timeout=60)
+    assert again.get("failed") is not True and "holder" not in again, again.get("msg")
+
+
+def test_a_killed_module_s_orphaned_command_is_named(upstream, tmp_path):
+    """The module is killed; the command it ran lives on and holds the lock. The next run says
+    the holder is dead, names the orphaned process group and how to stop it; once stopped, the
+    lock is free."""
+    path = tmp_path / "engines" / "vllm" / "0.11.0"
+    lock_path = path.parent / (path.name + ".lock")
+    args = module_args(upstream, path, uv=str(stubborn_uv(tmp_path)))
+    proc = start(tmp_path, "killed", args)
+    uv_pid = None
+    try:
+        uv_pid = read_pid(tmp_path / "uv.pid")
+        read_pid(tmp_path / "child.pid")
+        os.kill(proc.pid, signal.SIGKILL)  # the module only
+        proc.wait()
+        proc.out_file.close()
+        assert lock_is_held(lock_path)
+
+        result = finish(start(tmp_path, "blocked", dict(args, lock_timeout=1)), timeout=60)
+        assert result.get("failed") is True
+        assert result["msg"].startswith("%s is still locked, but the run that took it, pid %d (uv_engine_env "
+                                        "state=present, vllm 0.11.0, since " % (lock_path, proc.pid)), result["msg"]
+        assert ("is gone (killed?): a command it started outlived it and holds the lock: process group %d (uv pip "
+                "install --python" % uv_pid) in result["msg"]
+        assert "stop it with `kill -- -%d` (or let it end), then run again; waited 1 s (lock_timeout)." % uv_pid \
+            in result["msg"]
+        assert (result["holder"]["alive"], result["holder"]["command"]["alive"]) == (False, True)
+
+        os.killpg(uv_pid, signal.SIGKILL)  # what the message says to do
+        wait_for(lambda: not lock_is_held(lock_path), "the lock to be free once the group is stopped", timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        kill_uv_group(tmp_path)

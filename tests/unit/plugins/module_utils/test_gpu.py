@@ -1,53 +1,40 @@
-"""_gpu: nvidia-smi parsing, facts, the watchdog, the compute check and its classifier."""
+"""_gpu: nvidia-smi parsing, facts, the compute check and its classifier."""
 
 from __future__ import annotations
 
 import json
 import os
 import pathlib
-import shutil
-import subprocess
-import sys
 import time
-import zipfile
 
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from tests.unit.plugins.python_envs import fake_runtime_env, make_env
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 SMI_CASES = FIXTURES / "nvidia-smi"
 FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
-COREUTILS_TIMEOUT = shutil.which("timeout")
-assert COREUTILS_TIMEOUT, "these tests need coreutils' timeout (the node's usual one)"
 
-# Every bounded command runs under one of two stoppers: the Python watchdog (None) or coreutils'
-# timeout, which gather_facts uses where the node has it.
-STOPPERS = pytest.mark.parametrize("stopper", [None, COREUTILS_TIMEOUT], ids=["python-watchdog", "coreutils-timeout"])
-
-
-def run_command(argv, environ_update=None):
-    """What AnsibleModule.run_command does, for the argv-list case: (rc, stdout, stderr)."""
-    env = dict(os.environ)
-    env.update(environ_update or {})
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    return proc.returncode, proc.stdout, proc.stderr
+# the collection's one runner, for real
+real_run = _proc.Runner(grace=1.0)
 
 
 class Canned:
-    """A run_command that answers from a script and records what it was asked to run."""
+    """A runner that answers from a script, ``(rc, out, err[, timed_out])`` each, and records
+    what it was asked to run: ``(argv, env, timeout)``."""
 
     def __init__(self, *answers):
         self.answers = list(answers)
         self.calls = []
 
-    def __call__(self, argv, environ_update=None):
-        self.calls.append((argv, environ_update))
-        return self.answers.pop(0)
+    def __call__(self, argv, data=None, env=None, cwd=None, timeout=None):
+        self.calls.append((argv, env, timeout))
+        return _proc.CommandResult(*self.answers.pop(0))
 
     def commands(self):
-        """The commands inside the watchdog wrapper."""
-        return [argv[4:] for argv, _env in self.calls]
+        return [argv for argv, _env, _timeout in self.calls]
 
 
 # --- parsing the captured outputs ---------------------------------------------------------
@@ -131,7 +118,7 @@ def smi_path(monkeypatch):
     return target
 
 
-def test_facts_ask_both_commands_through_the_watchdog(smi_path):
+def test_facts_ask_both_commands_each_within_the_timeout(smi_path):
     runner = Canned((0, A100_CSV, ""), (0, A100_XML, ""))
     facts = _gpu.gather_facts(runner, smi_path, timeout=7)
     assert runner.commands() == [
@@ -139,8 +126,7 @@ def test_facts_ask_both_commands_through_the_watchdog(smi_path):
          "--format=csv,noheader,nounits"],
         XML,
     ]
-    for argv, _env in runner.calls:
-        assert argv[:2] == [sys.executable, "-c"] and argv[2] == _gpu.WATCHDOG_SCRIPT and argv[3] == "7"
+    assert [timeout for _argv, _env, timeout in runner.calls] == [7, 7]
     assert facts["driver_version"] == "535.104.05" and facts["cuda_version"] == "12.2"
     assert facts["gpu_count"] == 1 and facts["gpus"][0]["compute_capability"] == "8.0"
     assert facts["driver_error"] is None and facts["nvidia_smi"] == smi_path
@@ -174,14 +160,16 @@ def test_other_nvidia_smi_failures_are_errors(smi_path):
 
 
 def test_a_hanging_nvidia_smi_is_an_error_that_says_so(smi_path):
-    runner = Canned((124, "", "\nllmfleet-watchdog: timed out after 5 s\n"))
+    runner = Canned((137, "", "", True))
     with pytest.raises(_gpu.NvidiaSmiTimeout, match=r"did not answer within 5 s: the driver or a GPU may be hung"):
         _gpu.gather_facts(runner, smi_path, timeout=5)
 
 
-def test_exit_124_of_nvidia_smi_itself_is_not_a_timeout(smi_path):
-    with pytest.raises(_gpu.NvidiaSmiError, match="exited 124"):
-        _gpu.gather_facts(Canned((124, "weird\n", "")), smi_path, timeout=5)
+@pytest.mark.parametrize("rc", [124, 137])
+def test_exit_124_or_137_of_nvidia_smi_itself_is_not_a_timeout(smi_path, rc):
+    # nvidia-smi's own exit status (or a kill by someone else): only the runner says timed out
+    with pytest.raises(_gpu.NvidiaSmiError, match="exited %d" % rc):
+        _gpu.gather_facts(Canned((rc, "weird\n", "")), smi_path, timeout=5)
 
 
 def test_no_nvidia_smi_is_a_fact_and_runs_nothing(tmp_path):
@@ -213,7 +201,7 @@ def test_glibc_and_architecture_are_always_reported():
 @pytest.mark.parametrize("case", sorted(NODES))
 def test_facts_from_the_fake_nvidia_smi(monkeypatch, case):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / case))
-    facts = _gpu.gather_facts(run_command, FAKE_SMI, timeout=20)
+    facts = _gpu.gather_facts(real_run, FAKE_SMI, timeout=20)
     driver, cuda, gpus = NODES[case]
     assert (facts["driver_version"], facts["cuda_version"], facts["gpu_count"]) == (driver, cuda, len(gpus))
     assert [(g["name"], g["compute_capability"], g["memory_mib"]) for g in facts["gpus"]] == gpus
@@ -221,101 +209,17 @@ def test_facts_from_the_fake_nvidia_smi(monkeypatch, case):
 
 def test_not_responding_from_the_fake_nvidia_smi(monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / "not-responding"))
-    facts = _gpu.gather_facts(run_command, FAKE_SMI, timeout=20)
+    facts = _gpu.gather_facts(real_run, FAKE_SMI, timeout=20)
     assert facts["driver_version"] is None and facts["gpus"] == []
     assert facts["driver_error"].startswith("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver")
 
 
-@STOPPERS
-def test_hanging_fake_nvidia_smi_is_cut_off(monkeypatch, stopper):
+def test_hanging_fake_nvidia_smi_is_cut_off(monkeypatch):
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / "hanging"))
     started = time.monotonic()
     with pytest.raises(_gpu.NvidiaSmiTimeout, match="did not answer within 1 s"):
-        _gpu.gather_facts(run_command, FAKE_SMI, timeout=1, timeout_bin=stopper)
+        _gpu.gather_facts(real_run, FAKE_SMI, timeout=1)
     assert time.monotonic() - started < 10
-
-
-def test_facts_under_coreutils_timeout(smi_path):
-    runner = Canned((0, A100_CSV, ""), (0, A100_XML, ""))
-    facts = _gpu.gather_facts(runner, smi_path, timeout=7, timeout_bin="/usr/bin/timeout")
-    for argv, _env in runner.calls:
-        assert argv[:4] == ["/usr/bin/timeout", "-k", str(_gpu.KILL_AFTER), "7"] and argv[4] == smi_path
-    assert facts["driver_version"] == "535.104.05" and facts["gpu_count"] == 1
-
-
-@pytest.mark.parametrize("rc", [124, 137])
-def test_a_quick_exit_124_or_137_under_coreutils_is_not_a_timeout(smi_path, rc):
-    # nvidia-smi's own exit status (or a kill by someone else) before its time was up
-    with pytest.raises(_gpu.NvidiaSmiError, match="exited %d" % rc):
-        _gpu.gather_facts(Canned((rc, "weird\n", "")), smi_path, timeout=5, timeout_bin="/usr/bin/timeout")
-
-
-def test_only_gnu_timeout_is_used(tmp_path):
-    assert _gpu.usable_timeout(COREUTILS_TIMEOUT) == COREUTILS_TIMEOUT
-    assert _gpu.usable_timeout(None) is None
-    busybox = tmp_path / "busybox"
-    busybox.write_text("")
-    (tmp_path / "timeout").symlink_to(busybox)
-    assert _gpu.usable_timeout(str(tmp_path / "timeout")) is None
-
-
-# --- the watchdog -------------------------------------------------------------------------
-
-
-@STOPPERS
-def test_the_watchdog_passes_exit_status_and_output_through(stopper):
-    rc, out, err, timed_out, _s = _gpu.run_bounded(
-        run_command, [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"], 20, timeout_bin=stopper)
-    assert (rc, out, err, timed_out) == (3, "out\n", "err", False)
-
-
-@STOPPERS
-def test_the_watchdog_reports_a_signal_like_a_shell(stopper):
-    rc, _out, _err, timed_out, _s = _gpu.run_bounded(
-        run_command, [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], 20, timeout_bin=stopper)
-    assert (rc, timed_out) == (137, False)
-
-
-@STOPPERS
-def test_the_watchdog_kills_the_whole_process_group(tmp_path, stopper):
-    pidfile = tmp_path / "child.pid"
-    code = (
-        "import subprocess, sys, time\n"
-        "child = subprocess.Popen(['sleep', '120'])\n"
-        "open(sys.argv[1], 'w').write(str(child.pid))\n"
-        "time.sleep(120)\n"
-    )
-    started = time.monotonic()
-    argv = [sys.executable, "-c", code, str(pidfile)]
-    rc, _out, err, timed_out, seconds = _gpu.run_bounded(run_command, argv, 1, timeout_bin=stopper)
-    assert (rc, timed_out) == (124, True)
-    assert "llmfleet-watchdog" not in err
-    assert 1 <= seconds < 10 and time.monotonic() - started < 10
-    pid = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            state = pathlib.Path("/proc/%d/status" % pid).read_text()
-        except FileNotFoundError:
-            break
-        if "\nState:\tZ" in state:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the grandchild %d outlived the timeout" % pid)
-
-
-@STOPPERS
-def test_a_missing_command_is_127(stopper):
-    rc, _out, err, timed_out, _s = _gpu.run_bounded(run_command, ["/nonexistent/nvidia-smi"], 5, timeout_bin=stopper)
-    assert (rc, timed_out) == (127, False) and "/nonexistent/nvidia-smi" in err
-
-
-def test_scripts_hold_nothing_run_command_would_expand():
-    # AnsibleModule.run_command expands $VARS and ~ in argv items by default
-    for script in (_gpu.WATCHDOG_SCRIPT, _gpu.COMPUTE_CHECK_SCRIPT):
-        assert "$" not in script
-        assert not script.startswith("~")
 
 
 # --- the classifier -----------------------------------------------------------------------
@@ -383,10 +287,11 @@ def doc(**kw):
 def test_check_passes_and_keeps_other_output_apart():
     out = "INFO 11-30 vllm logging on stdout\n{not json\n" + doc(ok=True, devices=H100_DEV) + "\n"
     runner = Canned((0, out, "a warning on stderr\n"))
-    result = _gpu.compute_check(runner, "/env/bin/python", 60, env={"CUDA_VISIBLE_DEVICES": "0"})
-    argv, env = runner.calls[0]
-    assert argv[3] == "60" and argv[4:7] == ["/env/bin/python", "-u", "-c"] and argv[8] == "vllm"
-    assert env == {"CUDA_VISIBLE_DEVICES": "0"}
+    result = _gpu.compute_check(runner, "/env/bin/python", 60, env={"CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": "/x"})
+    argv, env, timeout = runner.calls[0]
+    assert argv == ["/env/bin/python", "-I", "-u", "-c", _gpu.COMPUTE_CHECK_SCRIPT, "vllm"] and timeout == 60
+    # PYTHONPATH and PYTHONHOME removed, given or inherited
+    assert env == {"CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": None, "PYTHONHOME": None}
     assert result["ok"] is True and result["classification"] is None and result["hint"] is None
     assert result["devices"] == H100_DEV and result["stage"] is None
     assert result["output"] == "INFO 11-30 vllm logging on stdout\n{not json\na warning on stderr"
@@ -427,8 +332,7 @@ def test_a_passing_document_with_a_failing_exit_is_not_a_pass():
 
 
 def test_a_check_that_runs_out_of_time():
-    result = _gpu.compute_check(Canned((124, "loading...\n", "\nllmfleet-watchdog: timed out after 30 s\n")),
-                                "/env/bin/python", 30)
+    result = _gpu.compute_check(Canned((137, "loading...\n", "", True)), "/env/bin/python", 30)
     assert result["ok"] is False and result["timed_out"] is True and result["classification"] == "other"
     assert result["error"] == "did not finish within 30 s"
     assert "raise the timeout" in result["hint"] and result["output"] == "loading..."
@@ -439,16 +343,9 @@ def test_a_check_that_runs_out_of_time():
 
 @pytest.fixture(scope="module")
 def fake_runtime(tmp_path_factory):
-    """The fake torch 2.11.0 (CUDA 13.0) and vLLM 0.20.0 of the fake upstream, unpacked for PYTHONPATH."""
-    from tests.upstream import build_packages
-
-    packages = tmp_path_factory.mktemp("packages")
-    build_packages(packages)
-    site = tmp_path_factory.mktemp("site")
-    for name in ("torch-2.11.0-py3-none-any.whl", "vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl"):
-        with zipfile.ZipFile(packages / "pypi" / name) as wheel:
-            wheel.extractall(site)
-    return str(site)
+    """The interpreter of an environment holding the fake torch and vLLM (the check runs
+    isolated, so PYTHONPATH cannot bring them)."""
+    return fake_runtime_env(tmp_path_factory)
 
 
 FAKE_MODES = [
@@ -468,7 +365,7 @@ FAKE_MODES = [
 
 @pytest.mark.parametrize("env, ok, kind, stage", FAKE_MODES)
 def test_compute_check_with_the_fake_runtime(fake_runtime, env, ok, kind, stage):
-    result = _gpu.compute_check(run_command, sys.executable, 60, env=dict(env, PYTHONPATH=fake_runtime))
+    result = _gpu.compute_check(real_run, fake_runtime, 60, env=env)
     assert (result["ok"], result["classification"], result["stage"]) == (ok, kind, stage), result
     assert result["torch"] == "2.11.0" and result["torch_cuda"] == "13.0"
     if ok:
@@ -482,49 +379,72 @@ def test_compute_check_with_the_fake_runtime(fake_runtime, env, ok, kind, stage)
 
 
 def test_the_engine_op_proves_more_than_torch(fake_runtime):
-    env = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image", "PYTHONPATH": fake_runtime}
-    torch_only = _gpu.compute_check(run_command, sys.executable, 60, env=env, engine="none")
+    env = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
+    torch_only = _gpu.compute_check(real_run, fake_runtime, 60, env=env, engine="none")
     assert torch_only["ok"] is True and torch_only["engine_op"] is None
-    with_engine = _gpu.compute_check(run_command, sys.executable, 60, env=env, engine="vllm")
+    with_engine = _gpu.compute_check(real_run, fake_runtime, 60, env=env, engine="vllm")
     assert with_engine["ok"] is False and with_engine["devices"][0]["ok"] is True
     assert with_engine["engine_op"]["ok"] is False
 
 
-def test_a_wrong_result_on_the_gpu_fails_the_check(tmp_path):
-    """A torch whose arithmetic is wrong: a check that only ran kernels would pass."""
-    fake = tmp_path / "torch"
-    fake.mkdir()
-    (fake / "__init__.py").write_text(
-        "__version__ = '0.0.1'\n"
-        "float16 = float32 = 'f'\n"
+def tiny_torch(version, arithmetic="(self.v * 2 + 1)", sum_of="self.v * 256", prelude=""):
+    """A torch of a few lines: enough API for the check with engine none."""
+    return (
+        prelude
+        + "__version__ = %r\n" % version
+        + "float16 = float32 = 'f'\n"
         "class version: cuda = '13.0'\n"
         "class T:\n"
         "    def __init__(self, v): self.v = v\n"
-        "    def __mul__(self, o): return T(self.v)\n"
-        "    def __add__(self, o): return T(self.v)\n"
-        "    def float(self): return self\n"
-        "    def sum(self): return T(self.v * 256)\n"
-        "    def item(self): return self.v\n"
+        "    def __mul__(self, o): return T(self.v * o if %s else self.v)\n" % (arithmetic != "broken")
+        + "    def __add__(self, o): return T(self.v + o if %s else self.v)\n" % (arithmetic != "broken")
+        + "    def float(self): return self\n"
+        "    def sum(self): return T(%s)\n" % sum_of
+        + "    def item(self): return self.v\n"
         "def ones(*shape, device=None, dtype=None): return T(1.0)\n"
         "class cuda:\n"
         "    is_available = staticmethod(lambda: True)\n"
         "    device_count = staticmethod(lambda: 1)\n"
         "    get_arch_list = staticmethod(lambda: ['sm_90'])\n"
-        "    get_device_name = staticmethod(lambda i: 'Broken GPU')\n"
+        "    get_device_name = staticmethod(lambda i: 'Tiny GPU')\n"
         "    get_device_capability = staticmethod(lambda i: (9, 0))\n"
         "    synchronize = staticmethod(lambda i=None: None)\n"
     )
-    result = _gpu.compute_check(run_command, sys.executable, 60, env={"PYTHONPATH": str(tmp_path)}, engine="none")
+
+
+def test_a_wrong_result_on_the_gpu_fails_the_check(tmp_path):
+    """A torch whose arithmetic is wrong: a check that only ran kernels would pass."""
+    python = make_env(tmp_path / "env", {"torch/__init__.py": tiny_torch("0.0.1", arithmetic="broken")})
+    result = _gpu.compute_check(real_run, python, 60, engine="none")
     assert result["ok"] is False and result["classification"] == "other"
     assert "gave 256.0 instead of 768.0: the GPU computed a wrong result" in result["error"]
 
 
 def test_a_hanging_check_is_stopped_and_its_output_kept(tmp_path):
-    fake = tmp_path / "torch"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("print('initialising the GPU', flush=True)\nimport time\ntime.sleep(120)\n")
+    python = make_env(tmp_path / "env", {
+        "torch/__init__.py": "print('initialising the GPU', flush=True)\nimport time\ntime.sleep(120)\n"})
     started = time.monotonic()
-    result = _gpu.compute_check(run_command, sys.executable, 1, env={"PYTHONPATH": str(tmp_path)})
+    result = _gpu.compute_check(real_run, python, 1)
     assert time.monotonic() - started < 10
     assert result["timed_out"] is True and result["ok"] is False and result["classification"] == "other"
     assert result["output"] == "initialising the GPU"
+
+
+def test_the_check_sees_only_the_environment_s_own_packages(tmp_path, monkeypatch):
+    """A torch on PYTHONPATH (inherited, or given in env) or in the working directory does not
+    stand in for the environment's own, and the check's own processes do not inherit PYTHONPATH."""
+    python = make_env(tmp_path / "env", {"torch/__init__.py": tiny_torch(
+        "1.0+env", sum_of="self.v * 256",
+        prelude="import os\nprint('PYTHONPATH seen: %s' % os.environ.get('PYTHONPATH'), flush=True)\n")})
+    shadow = tmp_path / "shadow"
+    (shadow / "torch").mkdir(parents=True)
+    (shadow / "torch" / "__init__.py").write_text(tiny_torch("6.6.6+shadow"))
+    workdir = tmp_path / "workdir"
+    (workdir / "torch").mkdir(parents=True)
+    (workdir / "torch" / "__init__.py").write_text(tiny_torch("7.7.7+cwd"))
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    monkeypatch.chdir(workdir)
+    result = _gpu.compute_check(real_run, python, 60, env={"PYTHONPATH": str(shadow)}, engine="none")
+    assert result["torch"] == "1.0+env", result
+    assert result["ok"] is True, result
+    assert result["output"] == "PYTHONPATH seen: None"

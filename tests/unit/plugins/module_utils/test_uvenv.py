@@ -9,8 +9,6 @@ import os
 import sys
 
 import pytest
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
 from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
@@ -415,21 +413,21 @@ class FakeClock:
         self.now += seconds
 
 
-def test_lock_waits_at_most_lock_timeout_and_names_the_holder(tmp_path):
+def test_lock_waits_at_most_lock_timeout(tmp_path):
     lock_path = str(tmp_path / "e.lock")
     holder = os.open(lock_path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     clock = FakeClock()
-    lock = _pathlock.PathLock(lock_path, 30, describe_holder=lambda: " (pid 7, step install)",
-                           sleep=clock.sleep, clock=clock)
+    lock = _pathlock.PathLock(lock_path, 30, sleep=clock.sleep, clock=clock)
     try:
         with pytest.raises(_errors.LockBusy) as exc:
             lock.acquire()
     finally:
         os.close(holder)
     assert 30 <= clock.now < 32
-    assert str(exc.value) == ("another run holds %s (pid 7, step install); waited 30 s (lock_timeout). Let it "
-                              "finish, or raise lock_timeout." % lock_path)
+    # a holder that recorded nothing (a hand-made flock, an older release)
+    assert str(exc.value) == ("another run holds %s; waited 30 s (lock_timeout). It recorded no pid: `fuser -v %s` "
+                              "names the process holding it. Let it finish, or raise lock_timeout." % (lock_path, lock_path))
     assert lock.acquire() is True
     lock.release()
 
@@ -461,16 +459,6 @@ def test_lock_in_check_mode_does_not_create_the_file(tmp_path):
     assert os.listdir(str(tmp_path)) == []
 
 
-def test_module_runner_stops_a_command_at_its_time_limit():
-    with patch_module_args({}):
-        module = AnsibleModule(argument_spec={})
-    run = _proc.ModuleRunner(module)
-    result = run([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"], timeout=0.5)
-    assert result.timed_out and result.rc != 0
-    fast = run([sys.executable, "-c", "print('hi')"], timeout=30)
-    assert (fast.rc, fast.out.strip(), fast.timed_out) == (0, "hi", False)
-
-
 # --------------------------------------------------------------------------------------------
 # the flow, with the scripted uv
 
@@ -487,7 +475,7 @@ def uv_bin(tmp_path):
 def flow(tmp_path, uv_bin, fake, check_mode=False, gpu=None, **params):
     p = dict(PARAMS, path=str(tmp_path / "engines" / "vllm" / "0.11.0"), uv=uv_bin, **params)
     gpu = gpu or (lambda *a: {"skipped": True, "reason": "test"})
-    return _uvenv.EngineEnv(p, lambda keep_fds: fake, uv_bin, check_mode=check_mode, gpu=gpu)
+    return _uvenv.EngineEnv(p, lambda keep_fds=(), on_command=None: fake, uv_bin, check_mode=check_mode, gpu=gpu)
 
 
 def test_build_runs_every_step_and_writes_the_marker(tmp_path, uv_bin):

@@ -122,13 +122,17 @@ class FakeUv:
         return _proc.CommandResult(0, "", "")
 
 
-def module_run_command(fake):
-    """``AnsibleModule.run_command`` replaced by the fake (for tests through main())."""
+def module_runner(fake):
+    """``_proc.Runner.__call__`` replaced by the fake (for tests through main()):
+    ``monkeypatch.setattr(_proc.Runner, "__call__", module_runner(fake))``."""
 
-    def run_command(self, args, data=None, environ_update=None, cwd=None, **_kwargs):
-        env = dict(os.environ)  # what the command would see, as run_command builds it
-        env.update(environ_update or {})
-        result = fake(args, data=data, env=env, cwd=cwd)
-        return result.rc, result.out, result.err
+    def call(self, argv, data=None, env=None, cwd=None, timeout=None):
+        environ = dict(os.environ)  # what the command would see, as the runner builds it
+        for name, value in (env or {}).items():
+            if value is None:
+                environ.pop(name, None)
+            else:
+                environ[name] = value
+        return fake(argv, data=data, env=environ, cwd=cwd, timeout=timeout)
 
-    return run_command
+    return call

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import sys
-import zipfile
 
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.modules import gpu_probe
 from tests.unit.plugins.lookup_fakes import run_module, warnings_text
+from tests.unit.plugins.python_envs import fake_runtime_env
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 FAKE_SMI = str(FIXTURES / "bin" / "fake-nvidia-smi")
@@ -189,44 +188,36 @@ def test_a_python_that_is_not_there_fails(case, capsys, tmp_path):
 
 @pytest.fixture(scope="module")
 def fake_runtime(tmp_path_factory):
-    """The fake torch 2.11.0 and vLLM 0.20.0 of the fake upstream, unpacked for PYTHONPATH."""
-    from tests.upstream import build_packages
-
-    packages = tmp_path_factory.mktemp("packages")
-    build_packages(packages)
-    site = tmp_path_factory.mktemp("site")
-    for name in ("torch-2.11.0-py3-none-any.whl", "vllm-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl"):
-        with zipfile.ZipFile(packages / "pypi" / name) as wheel:
-            wheel.extractall(site)
-    return str(site)
+    """The interpreter of an environment holding the fake torch 2.11.0 and vLLM 0.20.0."""
+    return fake_runtime_env(tmp_path_factory)
 
 
 def test_compute_check_passes(case, capsys, fake_runtime):
     case("h100-580")
-    code, result, _out = probe(capsys, python=sys.executable, env={"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok"})
+    code, result, _out = probe(capsys, python=fake_runtime, env={"FAKE_TORCH_CUDA": "ok"})
     assert code == 0 and warnings_text(result) == [], warnings_text(result)
     compute = result["compute"]
-    assert compute["ok"] is True and compute["engine"] == "vllm" and compute["python"] == sys.executable
+    assert compute["ok"] is True and compute["engine"] == "vllm" and compute["python"] == fake_runtime
     assert compute["devices"] == [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "ok": True}]
     assert compute["engine_op"]["ok"] is True and compute["engine_op"]["version"] == "0.20.0"
 
 
 def test_compute_check_failure_is_returned_and_warned(case, capsys, fake_runtime):
     case("h100-580")
-    env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
-    code, result, _out = probe(capsys, python=sys.executable, env=env)
+    env = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
+    code, result, _out = probe(capsys, python=fake_runtime, env=env)
     assert code == 0 and "failed" not in result
     compute = result["compute"]
     assert compute["ok"] is False and compute["classification"] == "no_kernel_image"
     assert compute["hint"] == "this build has no kernels for this GPU: set engine_node_build to cu129 for this node"
     (warning,) = warnings_text(result)
-    assert warning.startswith("the GPU check in %s failed at vllm._custom_ops.rms_norm on GPU 0" % sys.executable)
+    assert warning.startswith("the GPU check in %s failed at vllm._custom_ops.rms_norm on GPU 0" % fake_runtime)
 
 
 def test_engine_none_checks_torch_only(case, capsys, fake_runtime):
     case("h100-580")
-    env = {"PYTHONPATH": fake_runtime, "FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
-    code, result, _out = probe(capsys, python=sys.executable, env=env, engine="none")
+    env = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_KERNEL": "no_kernel_image"}
+    code, result, _out = probe(capsys, python=fake_runtime, env=env, engine="none")
     assert code == 0 and result["compute"]["ok"] is True and result["compute"]["engine_op"] is None
 
 

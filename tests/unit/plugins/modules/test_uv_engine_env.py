@@ -6,12 +6,13 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
+from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
 from ansible_collections.llmfleet.engines.plugins.modules import uv_engine_env
-from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_run_command
+from tests.unit.plugins.lookup_fakes import warnings_text
+from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_runner
 
 CUTOFF = "2025-10-03T20:10:00Z"
 
@@ -27,7 +28,7 @@ def run_module(args, capsys):
 @pytest.fixture
 def fake(monkeypatch):
     uv = FakeUv()
-    monkeypatch.setattr(AnsibleModule, "run_command", module_run_command(uv))
+    monkeypatch.setattr(_proc.Runner, "__call__", module_runner(uv))
     monkeypatch.setenv("UV_INDEX_URL", "http://not-this-one/simple")
     return uv
 
@@ -112,7 +113,7 @@ FAILURES = [
 
 @pytest.mark.parametrize("change, uv_change, pieces, step", [f[1:] for f in FAILURES], ids=[f[0] for f in FAILURES])
 def test_failures(monkeypatch, base, capsys, tmp_path, change, uv_change, pieces, step):
-    monkeypatch.setattr(AnsibleModule, "run_command", module_run_command(FakeUv(**uv_change)))
+    monkeypatch.setattr(_proc.Runner, "__call__", module_runner(FakeUv(**uv_change)))
     args = dict(base, **change)
     args = {k: v for k, v in args.items() if v is not None}
     code, result = run_module(args, capsys)
@@ -126,7 +127,7 @@ def test_failures(monkeypatch, base, capsys, tmp_path, change, uv_change, pieces
 
 def test_failure_returns_uv_output_and_steps(monkeypatch, base, capsys):
     stderr = "".join("line %d\n" % i for i in range(1, 10))
-    monkeypatch.setattr(AnsibleModule, "run_command", module_run_command(FakeUv(fail={"install": (1, "", stderr)})))
+    monkeypatch.setattr(_proc.Runner, "__call__", module_runner(FakeUv(fail={"install": (1, "", stderr)})))
     code, result = run_module(base, capsys)
     assert code == 1
     assert result["uv_output"] == "line 4 / line 5 / line 6 / line 7 / line 8 / line 9"
@@ -136,20 +137,56 @@ def test_failure_returns_uv_output_and_steps(monkeypatch, base, capsys):
 
 def test_lock_timeout(fake, base, capsys):
     os.makedirs(os.path.dirname(base["path"]))
-    holder = _pathlock.PathLock(base["path"] + ".lock", 1)
+    holder = _pathlock.PathLock(base["path"] + ".lock", 1, about="uv_engine_env state=present, vllm 0.11.0")
     holder.acquire()
     with open(base["path"] + ".progress.json", "w") as handle:
-        json.dump({"pid": 4242, "engine": "vllm", "version": "0.11.0", "step": "install",
+        json.dump({"pid": os.getpid(), "engine": "vllm", "version": "0.11.0", "step": "install",
                    "step_started": "2026-01-01T00:00:00Z"}, handle)
+    started = holder.record["started"]
     try:
         code, result = run_module(dict(base, lock_timeout=1), capsys)
     finally:
         holder.release()
     assert code == 1
     assert result["msg"] == (
-        "another run holds %s.lock (pid 4242, installing vllm 0.11.0: step install since 2026-01-01T00:00:00Z); "
-        "waited 1 s (lock_timeout). Let it finish, or raise lock_timeout." % base["path"])
+        "another run holds %s.lock: pid %d (uv_engine_env state=present, vllm 0.11.0, since %s; step install "
+        "since 2026-01-01T00:00:00Z); waited 1 s (lock_timeout). Let it finish, or raise lock_timeout."
+        % (base["path"], os.getpid(), started))
+    assert (result["holder"]["pid"], result["holder"]["alive"], result["holder"]["step"]) == (os.getpid(), True, "install")
     assert fake.kinds() == ["version"]
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """module.warn() collects into a process-wide dict: this test's own, module-side."""
+    from ansible.module_utils import _internal
+    from ansible.module_utils.common import warnings
+
+    monkeypatch.setattr(warnings, "_global_warnings", {})
+    monkeypatch.setattr(_internal, "is_controller", False)
+
+
+def test_check_mode_does_not_wait_for_a_running_build(fake, base, capsys, fresh_warnings):
+    """A build holds the lock: check mode answers at once from the disk, names the build, warns."""
+    os.makedirs(base["path"] + ".partial")  # the running build's, not debris
+    holder = _pathlock.PathLock(base["path"] + ".lock", 1, about="uv_engine_env state=present, vllm 0.11.0")
+    holder.acquire()
+    with open(base["path"] + ".progress.json", "w") as handle:
+        json.dump({"pid": os.getpid(), "step": "install", "step_started": "2026-01-01T00:00:00Z"}, handle)
+    try:
+        code, result = run_module(dict(base, lock_timeout=3600, _ansible_check_mode=True), capsys)
+    finally:
+        holder.release()
+    assert code == 0 and "failed" not in result
+    assert result["changed"] is True and result["reasons"] == ["no environment at %s" % base["path"]]
+    assert result["debris"] == []
+    assert result["steps"][0]["seconds"] < 30
+    assert (result["holder"]["pid"], result["holder"]["step"]) == (os.getpid(), "install")
+    assert result["msg"].startswith("would build vllm 0.11.0 at %s: no environment at %s. Judged from what is on "
+                                    "disk now, without waiting: another run holds %s.lock: pid %d ("
+                                    % (base["path"], base["path"], base["path"], os.getpid()))
+    assert warnings_text(result) == [result["msg"]]
+    assert os.path.isdir(base["path"] + ".partial") and not os.path.exists(base["path"])
 
 
 def test_gpu_check_required_fails_where_no_driver_answers(fake, base, capsys):

@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
@@ -59,16 +58,7 @@ def base(tmp_path):
 
 
 def run_module(monkeypatch, capsys, args, fake):
-    if hasattr(uv_engine_env, "Runner"):
-        monkeypatch.setattr(uv_engine_env, "Runner", EnvRunner(fake))
-    else:  # the module still runs commands through AnsibleModule.run_command
-        runner = EnvRunner(fake)
-
-        def run_command(_self, args, data=None, environ_update=None, cwd=None, **_kwargs):
-            result = runner.run(args, data=data, env=environ_update, cwd=cwd)
-            return result.rc, result.out, result.err
-
-        monkeypatch.setattr(AnsibleModule, "run_command", run_command)
+    monkeypatch.setattr(uv_engine_env, "Runner", EnvRunner(fake))
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exc:
             uv_engine_env.main()

@@ -30,7 +30,9 @@ def _import_filter_plugin():
     return node_report, AnsibleFilterError
 
 
-node_report, AnsibleFilterError = _import_filter_plugin()
+_IMPORTED = _import_filter_plugin()
+node_report = _IMPORTED[0]
+AnsibleFilterError = _IMPORTED[1]
 FILTERS = node_report.FilterModule().filters()
 FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_runtime_mismatch"]
 
@@ -113,8 +115,8 @@ GPU_FAILED = {"task": "Build beside the live environment vLLM 0.20.0 cu13",
               "classification": "no_kernel_image"}
 
 
-def error(failure, requested="auto", plan=PLAN, **kw):
-    return FILTERS["engine_node_error"](failure, requested, plan, FALLBACK_ON, **kw)
+def error(failure, requested="auto", plan=None, **kw):
+    return FILTERS["engine_node_error"](failure, requested, plan or PLAN, FALLBACK_ON, **kw)
 
 
 def test_error_is_null_when_nothing_failed():

@@ -235,7 +235,10 @@ class Runner:
             # a process that left the group (setsid) still holds the pipes open
             for stream in (proc.stdout, proc.stderr):
                 stream.close()
-            proc.wait()
+            try:
+                proc.wait(REAP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass  # stuck in the kernel: rc stays None, timed_out says what happened
             return b"", b"(output lost: a process outside the command's group kept it open)"
 
     @staticmethod

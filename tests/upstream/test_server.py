@@ -316,13 +316,15 @@ def test_github_release_with_digests(upstream, upstream_packages):
 def test_github_download_redirects_to_a_signed_object_url(upstream, upstream_packages):
     """As github.com does: 302 to a short-lived signed URL elsewhere, whose path hides the name."""
     data = on_disk(upstream_packages, "github/vllm-project/vllm/v0.20.0", GH_0200)
+    targets = []
     for method in ("GET", "HEAD"):
         status, headers, body = raw(upstream, GH_DL + "v0.20.0/" + GH_0200.replace("+", "%2B"), method=method)
         assert status == 302 and body == b""
         location = headers["Location"]
         assert location.startswith(upstream.url + "/github-objects/github-production-release-asset/")
-        target = urllib.parse.urlsplit(location)
-        assert "vllm" not in target.path and "sig=" in target.query
+        targets.append(urllib.parse.urlsplit(location))
+    target = targets[-1]
+    assert "vllm" not in target.path and "sig=" in target.query
     status, headers, body = raw(upstream, target.path + "?" + target.query)
     assert status == 200 and body == data
     assert headers["Content-Disposition"] == "attachment; filename=" + GH_0200

@@ -165,7 +165,7 @@ def redact(value, secrets=()):
         return value
     text = _USERINFO.sub(r"\1", value)
     for secret in sorted(secrets or (), key=len, reverse=True):
-        for form in {secret, quote(secret, safe="")}:
+        for form in (secret, quote(secret, safe="")):
             if len(form) >= 4:
                 text = text.replace(form, "********")
     return text

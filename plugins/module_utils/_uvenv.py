@@ -606,7 +606,6 @@ class EngineEnv:
             lock.release(unlink=unlink)
         return result
 
-
     def _absent_targets(self):
         """The environment and this module's own leftovers beside it (``pending_debris``)."""
         targets = [self.path] if os.path.lexists(self.path) else []

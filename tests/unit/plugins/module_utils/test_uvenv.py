@@ -522,7 +522,7 @@ def test_an_up_to_date_environment_runs_only_uv_version(tmp_path, uv_bin):
 def test_an_up_to_date_environment_still_has_to_meet_expect(tmp_path, uv_bin):
     flow(tmp_path, uv_bin, FakeUv()).present()
     with pytest.raises(_errors.LockMismatch, match=r"up to date with the spec, but its lock does not meet expect.*"
-                                                  r"torch 2\.8\.0 from http://idx\.test/simple"):
+                                                   r"torch 2\.8\.0 from http://idx\.test/simple"):
         flow(tmp_path, uv_bin, FakeUv(), expect={"torch": "+cu129"}).present()
 
 
@@ -553,9 +553,9 @@ UV_FAILURES = [
     # (kind, error class, step, message pieces)
     ("venv", _errors.VenvFailed, "venv", ["creating a Python 3.12 environment", "No interpreter found"]),
     ("compile", _errors.ResolveFailed, "resolve", ["resolving vllm==0.11.0 as of " + CUTOFF,
-                                                  "line 3 / line 4 / line 5 / line 6 / line 7 / line 8"]),
+                                                   "line 3 / line 4 / line 5 / line 6 / line 7 / line 8"]),
     ("install", _errors.InstallFailed, "install", ["installing the lock of vllm 0.11.0 (cu128) (3 packages)",
-                                                  "Hash mismatch"]),
+                                                   "Hash mismatch"]),
     ("verify", _errors.VerifyFailed, "verify", ["'import vllm' fails there", "ImportError: boom"]),
 ]
 OUTPUTS = {
@@ -814,7 +814,7 @@ def test_a_foreign_leftover_in_the_way_of_a_build_is_refused_before_it(tmp_path,
     foreign_dir(str(root / name), venv=True)
     fake = FakeUv()
     with pytest.raises(_errors.NotAnEnvironment, match=r"%s is in the way: building vllm 0\.11\.0 \(cu128\) at .* "
-                                                      r"is not a leftover of this module" % name.replace(".", r"\.")):
+                                                       r"is not a leftover of this module" % name.replace(".", r"\.")):
         flow(tmp_path, uv_bin, fake, force=True).present()
     assert fake.kinds() == ["version"]
     assert (root / name / "precious.txt").read_text() == "data"

@@ -54,6 +54,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+
 PROJECT = "vllm"
 GITHUB_REPO = "vllm-project/vllm"
 
@@ -178,11 +180,11 @@ WHEELS = (
 _VERSION_RE = re.compile(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-]?[A-Za-z0-9.+\-]*)?\s*$")
 
 
-class BuildTableError(ValueError):
+class BuildTableError(LlmfleetError, ValueError):
     """A vLLM version the table does not cover, or one it cannot read."""
 
 
-class BuildRequestError(ValueError):
+class BuildRequestError(LlmfleetError, ValueError):
     """A requested build that is not a build, or that the version does not publish."""
 
 

@@ -53,6 +53,7 @@ import time
 import xml.etree.ElementTree as ET
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
@@ -150,7 +151,7 @@ sys.exit(0 if R["ok"] else 1)
 '''
 
 
-class GpuError(Exception):
+class GpuError(LlmfleetError):
     """Base of this module's errors."""
 
 

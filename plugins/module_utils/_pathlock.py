@@ -174,8 +174,7 @@ class PathLock:
         self._clock = clock
 
     def acquire(self):
-        started = self._clock()
-        deadline = started + self.timeout
+        deadline = self._clock() + self.timeout
         mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         while True:
             try:
@@ -208,7 +207,6 @@ class PathLock:
                 same = False
             if same:
                 self.fd = fd
-                self.waited = self._clock() - started
                 if not self.shared and self.create:
                     self.record = {"pid": os.getpid(), "pid_start": process_start(os.getpid()),
                                    "started": utc_now(), "about": self.about, "command": None}

@@ -170,7 +170,10 @@ def test_a_module_ended_by_a_signal_stops_its_command_first(tmp_path, signum):
         Runner(grace=0.5)([sys.executable, "-c", sys.argv[1], sys.argv[2]], timeout=300)
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-c", module, STUBBORN, str(info)], env=env)
+    # The module starts with the signal's default disposition, as under ansible: a test run under
+    # nohup would otherwise pass SIGHUP ignored on (and the runner leaves an ignored signal alone).
+    proc = subprocess.Popen([sys.executable, "-c", module, STUBBORN, str(info)], env=env,
+                            preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))  # pylint: disable=subprocess-popen-preexec-fn
     try:
         wait_for_file(str(info))
         pids = json.loads(info.read_text())

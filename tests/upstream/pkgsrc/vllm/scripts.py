@@ -1,4 +1,4 @@
-"""The ``vllm`` console script (only ``--version`` does anything useful)."""
+"""The ``vllm`` console script: ``--version``, and ``serve`` (see vllm.fake_server)."""
 
 import argparse
 import os
@@ -14,9 +14,15 @@ def _infer_device_type():
 
 def main(argv=None):
     """Entry point."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["serve"]:
+        _infer_device_type()
+        from vllm import fake_server  # pylint: disable=import-outside-toplevel
+
+        return fake_server.main(argv[1:])
     parser = argparse.ArgumentParser(prog="vllm", description="vLLM CLI (fake)")
     parser.add_argument("-v", "--version", action="store_true", help="show the version and exit")
-    parser.add_argument("command", nargs="?", help="subcommand (not implemented in the fake)")
+    parser.add_argument("command", nargs="?", help="subcommand (only 'serve' is implemented in the fake)")
     args, _rest = parser.parse_known_args(argv)
     _infer_device_type()
     from vllm import __version__  # pylint: disable=import-outside-toplevel

@@ -1,0 +1,447 @@
+"""``vllm serve``: a fake of vLLM's OpenAI-compatible API server (stdlib only, Python 3.9+).
+
+It speaks the part of the real server's API that a readiness gate and a systemd service use::
+
+    vllm serve MODEL [--host H] [--port P] [--served-model-name NAME] [--shutdown-timeout S]
+                     [--max-model-len N] [--gpu-memory-utilization F] [--tensor-parallel-size N]
+                     [--dtype D] [--api-key K]
+
+Defaults: host ``0.0.0.0``, port 8000, served name MODEL, shutdown timeout 0 s, max model len 4096.
+An unknown option exits 2 with argparse's "unrecognized arguments" error (like real vLLM). A MODEL
+that starts with ``/`` or ``.`` and is not an existing directory exits 1 before anything is bound.
+
+Start-up logs (stdout) ``vLLM API server version V`` and ``Loading model MODEL``, "loads" for
+FAKE_VLLM_LOAD_SECONDS, and only then binds the port (like real vLLM, which listens once the engine is
+up) and logs ``Starting vLLM API server on http://H:P``. A port already in use exits 1.
+
+Endpoints: ``GET /health`` (200, empty body), ``GET /version``, ``GET /v1/models``,
+``POST /v1/completions`` (answers after FAKE_VLLM_COMPLETION_SECONDS with ``max_tokens`` words).
+With ``--api-key K`` every ``/v1`` path needs ``Authorization: Bearer K`` (else 401
+``{"error": "Unauthorized"}``). An unknown path is a 404 ``{"detail": "Not Found"}`` and a known path
+with another method a 405 ``{"detail": "Method Not Allowed"}``, as FastAPI answers.
+
+SIGTERM or SIGINT: the listening socket is closed at once (new connections are refused), requests in
+flight get up to ``--shutdown-timeout`` seconds to finish (a second signal stops the wait), then the
+process exits 0. A signal while loading exits 0 at once.
+
+Environment (read at start-up):
+
+- ``FAKE_VLLM_LOAD_SECONDS``: float, default 1.0: the load delay before the port is bound.
+- ``FAKE_VLLM_COMPLETION_SECONDS``: float, default 0: how long each completion takes.
+- ``FAKE_VLLM_SERVE_FAIL``: unset or empty (serve normally), or
+
+  - ``start``: after the load delay, print a traceback ending ``RuntimeError: fake start failure``
+    to stderr and exit 1 (nothing is bound);
+  - ``hang``: log that the model is loading and never bind; on SIGTERM/SIGINT exit 0;
+  - ``die-after:N``: serve normally, then N seconds (float) after binding print an error to stderr
+    and exit 1.
+
+- ``FAKE_VLLM_SERVE_FAIL_VERSIONS``: comma-separated versions (``0.15.1,0.20.1``). When it lists any,
+  FAKE_VLLM_SERVE_FAIL applies only if this vLLM's ``__version__``, or its public part (without a
+  ``+local`` label: ``0.20.0`` matches ``0.20.0+cu129``), is listed; otherwise it applies to every
+  version.
+
+A bad value of one of these variables exits 1 with a message naming it.
+"""
+
+import argparse
+import json
+import math
+import os
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# vllm/version.py is written by the builder (tests/upstream/builder.py)
+from vllm.version import __version__  # pylint: disable=no-name-in-module
+
+DEFAULT_MAX_MODEL_LEN = 4096
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+FAIL_MODES = "start, hang, die-after:SECONDS"
+_WORDS = ("the", "fake", "engine", "says", "hello", "to", "a", "readiness", "gate", "again")
+_TICK = 0.02  # how often the main thread looks for a signal
+
+_print_lock = threading.Lock()
+
+
+def _log(level, where, message, stream=None):
+    """One vLLM-style log line (``INFO 01-02 03:04:05 [file.py:1] message``), flushed."""
+    line = "%s %s [%s] %s" % (level, time.strftime("%m-%d %H:%M:%S"), where, message)
+    stream = stream or (sys.stderr if level == "ERROR" else sys.stdout)
+    with _print_lock:
+        stream.write(line + "\n")
+        stream.flush()
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="vllm serve", description="Start the (fake) vLLM OpenAI-compatible API server.")
+    parser.add_argument("model", metavar="MODEL", help="model name, or path to a local model directory")
+    parser.add_argument("--host", default="0.0.0.0", help="host name to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    parser.add_argument("--served-model-name", default=None, help="the model name in the API (default: MODEL)")
+    parser.add_argument("--shutdown-timeout", type=float, default=0.0,
+                        help="seconds in-flight requests get to finish after SIGTERM (default: %(default)s)")
+    parser.add_argument("--max-model-len", type=int, default=None, help="model context length")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of GPU memory to use")
+    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="number of GPUs per model")
+    parser.add_argument("--dtype", choices=DTYPES, default="auto", help="model weights data type")
+    parser.add_argument("--api-key", default=None, help="require this key in 'Authorization: Bearer' on /v1")
+    return parser
+
+
+def _env_float(name, default):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError("fake vllm: %s=%r is not a number of seconds" % (name, raw))
+    return value
+
+
+def _version_listed(versions):
+    wanted = [v.strip() for v in versions.split(",") if v.strip()]
+    return not wanted or __version__ in wanted or __version__.split("+", 1)[0] in wanted
+
+
+def fail_mode(environ=None):
+    """(mode, seconds) from FAKE_VLLM_SERVE_FAIL, scoped by FAKE_VLLM_SERVE_FAIL_VERSIONS.
+
+    mode is None (serve normally), "start", "hang" or "die-after"; raises ValueError on a bad value.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get("FAKE_VLLM_SERVE_FAIL", "").strip()
+    if not raw:
+        return None, None
+    mode, sep, arg = raw.partition(":")
+    seconds = None
+    if mode == "die-after" and sep:
+        try:
+            seconds = float(arg)
+        except ValueError:
+            pass
+        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+            seconds = None
+    if not ((mode in ("start", "hang") and not sep) or (mode == "die-after" and seconds is not None)):
+        raise ValueError("fake vllm: FAKE_VLLM_SERVE_FAIL=%r is not one of: %s" % (raw, FAIL_MODES))
+    if not _version_listed(environ.get("FAKE_VLLM_SERVE_FAIL_VERSIONS", "")):
+        return None, None
+    return mode, seconds
+
+
+def _error(status, message, kind, param=None):
+    return status, {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def _count_tokens(prompt):
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    if isinstance(prompt, list):
+        return sum(_count_tokens(p) if isinstance(p, (str, list)) else 1 for p in prompt)
+    return 0
+
+
+class App:
+    """What the server answers, independent of HTTP."""
+
+    def __init__(self, args, completion_seconds):
+        self.model = args.model
+        self.served_name = args.served_model_name or args.model
+        self.max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN
+        self.api_key = args.api_key
+        self.completion_seconds = completion_seconds
+        self.created = int(time.time())
+
+    def authorized(self, header):
+        """Whether a /v1 request with this Authorization header may pass."""
+        return self.api_key is None or header == "Bearer " + self.api_key
+
+    def version(self):
+        """GET /version."""
+        return 200, {"version": __version__}
+
+    def models(self):
+        """GET /v1/models."""
+        card = {"id": self.served_name, "object": "model", "created": self.created, "owned_by": "vllm",
+                "root": self.model, "parent": None, "max_model_len": self.max_model_len}
+        return 200, {"object": "list", "data": [card]}
+
+    def completion(self, raw):
+        """POST /v1/completions with the request body `raw` (bytes)."""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return _error(400, "Invalid JSON in the request body: %s" % exc, "BadRequestError")
+        if not isinstance(body, dict):
+            return _error(400, "The request body must be a JSON object.", "BadRequestError")
+        model = body.get("model") or self.served_name
+        if model != self.served_name:
+            return _error(404, "The model `%s` does not exist." % model, "NotFoundError", "model")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, (str, list)):
+            return _error(400, "Field required: prompt (a string or a list)", "BadRequestError", "prompt")
+        max_tokens = body.get("max_tokens", 16)
+        if max_tokens is None:
+            max_tokens = 16
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            return _error(400, "max_tokens must be an integer of at least 1, got %r." % (max_tokens,),
+                          "BadRequestError", "max_tokens")
+        if self.completion_seconds:
+            time.sleep(self.completion_seconds)
+        text = " " + " ".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
+        prompt_tokens = _count_tokens(prompt)
+        return 200, {
+            "id": "cmpl-" + uuid.uuid4().hex,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
+                      "total_tokens": prompt_tokens + max_tokens},
+        }
+
+
+class Handler(BaseHTTPRequestHandler):
+    """HTTP/1.0: one request per connection, so a finished request leaves no idle connection behind."""
+
+    server_version = "uvicorn"
+    sys_version = ""
+    timeout = 60
+
+    def do_GET(self):  # noqa: N802 - named by BaseHTTPRequestHandler  pylint: disable=invalid-name
+        """GET routes."""
+        self._dispatch("GET")
+
+    def do_POST(self):  # noqa: N802 - named by BaseHTTPRequestHandler  pylint: disable=invalid-name
+        """POST routes."""
+        self._dispatch("POST")
+
+    def _dispatch(self, method):
+        app = self.server.app
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/v1") and not app.authorized(self.headers.get("Authorization")):
+            self._send(401, {"error": "Unauthorized"})
+            return
+        routes = {
+            "/health": {"GET": lambda: (200, None)},
+            "/version": {"GET": app.version},
+            "/v1/models": {"GET": app.models},
+            "/v1/completions": {"POST": lambda: app.completion(self._body())},
+        }
+        if path not in routes:
+            self._send(404, {"detail": "Not Found"})
+        elif method not in routes[path]:
+            self._send(405, {"detail": "Method Not Allowed"})
+        else:
+            self._send(*routes[path][method]())
+
+    def _body(self):
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send(self, status, payload):
+        data = b"" if payload is None else json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            if payload is not None:
+                self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
+        """Access log on stdout, like uvicorn's."""
+        with _print_lock:
+            sys.stdout.write("INFO:     %s:%s - %s\n" % (self.client_address[0], self.client_address[1], format % args))
+            sys.stdout.flush()
+
+
+class Server(ThreadingHTTPServer):
+    """Counts the connections it has accepted and not yet finished (the requests in flight)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, host, port, app):
+        self.app = app
+        self.in_flight = 0
+        self.finished = 0
+        self._count_lock = threading.Lock()
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), Handler)
+
+    def server_bind(self):
+        """Bind without HTTPServer's reverse DNS look-up of the host."""
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def _done(self):
+        with self._count_lock:
+            self.in_flight -= 1
+            self.finished += 1
+
+    def process_request(self, request, client_address):
+        """Runs in the serve_forever thread right after accept()."""
+        with self._count_lock:
+            self.in_flight += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._done()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        """Runs in the request's own thread."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done()
+
+    def counts(self):
+        """(in flight, finished)."""
+        with self._count_lock:
+            return self.in_flight, self.finished
+
+
+class _Signals:
+    """Remembers SIGTERM/SIGINT; the main thread polls (an Event set in a handler can deadlock)."""
+
+    def __init__(self):
+        self.received = []
+
+    def install(self):
+        """Handle SIGTERM and SIGINT from now on."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handler)
+
+    def _handler(self, signum, _frame):
+        self.received.append(signum)
+
+    def name(self):
+        """The first signal's name."""
+        return signal.Signals(self.received[0]).name if self.received else ""
+
+    def sleep(self, seconds, count=1):
+        """Sleep up to `seconds` (None: forever); True as soon as `count` signals have come."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while len(self.received) < count:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(_TICK if left is None else min(_TICK, left))
+        return True
+
+
+def _start_failure():
+    lines = [
+        "ERROR %s [core.py:708] EngineCore failed to start." % time.strftime("%m-%d %H:%M:%S"),
+        "Traceback (most recent call last):",
+        '  File "%s", line 699, in run_engine_core' % os.path.join(os.path.dirname(__file__), "v1", "engine", "core.py"),
+        "    engine_core = EngineCoreProc(*args, **kwargs)",
+        '  File "%s", line 498, in __init__' % os.path.join(os.path.dirname(__file__), "v1", "engine", "core.py"),
+        '    raise RuntimeError("fake start failure")',
+        "RuntimeError: fake start failure",
+    ]
+    with _print_lock:
+        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.flush()
+
+
+def _url(host, port):
+    return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def _shutdown(server, signals, timeout):
+    """Close the listening socket at once, then give the requests in flight up to `timeout` s."""
+    server.shutdown()  # stop the accept loop ...
+    server.server_close()  # ... and close the socket: new connections are refused from here on
+    in_flight, finished_before = server.counts()
+    where = "launcher.py:80"
+    if not in_flight or timeout <= 0:
+        _log("INFO", where, "Shutting down on %s: %d request(s) in flight, not waiting (--shutdown-timeout %g)"
+             % (signals.name(), in_flight, timeout))
+        return 0
+    _log("INFO", where, "Shutting down on %s: stopped accepting connections, waiting up to %gs for %d request(s) in flight"
+         % (signals.name(), timeout, in_flight))
+    deadline = time.monotonic() + timeout
+    while server.counts()[0] and time.monotonic() < deadline and len(signals.received) < 2:
+        time.sleep(_TICK)
+    left, finished = server.counts()
+    _log("INFO", where, "Shutdown complete: %d of %d in-flight request(s) finished, %d abandoned"
+         % (finished - finished_before, in_flight, left))
+    return 0
+
+
+def _serve(server, signals, args, die_after):
+    """Serve until a signal (exit 0 after the graceful shutdown) or the die-after failure (exit 1)."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": _TICK}, name="http", daemon=True)
+    thread.start()
+    _log("INFO", "api_server.py:1912", "Starting vLLM API server on %s" % _url(args.host, server.server_port))
+    _log("INFO", "launcher.py:46", "Application startup complete.")
+    if die_after is not None and not signals.sleep(die_after):
+        _log("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
+        _log("ERROR", "async_llm.py:480", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue "
+             "(FAKE_VLLM_SERVE_FAIL=die-after:%g). See stack trace (above) for the root cause." % die_after)
+        server.shutdown()
+        server.server_close()
+        return 1
+    signals.sleep(None)
+    return _shutdown(server, signals, args.shutdown_timeout)
+
+
+def _load_and_serve(args, load_seconds, completion_seconds, failure):
+    """Load (or fail to), bind, serve; the exit status."""
+    mode, die_after = failure
+    signals = _Signals()
+    signals.install()
+    _log("INFO", "gpu_model_runner.py:2602", "Loading model %s ..." % args.model)
+    if signals.sleep(None if mode == "hang" else load_seconds):
+        _log("INFO", "launcher.py:80", "Shutting down on %s while loading the model" % signals.name())
+        return 0
+    if mode == "start":
+        _start_failure()
+        return 1
+    try:
+        server = Server(args.host, args.port, App(args, completion_seconds))
+    except OSError as exc:
+        _log("ERROR", "launcher.py:40", "[Errno %s] error while attempting to bind on address %r: %s"
+             % (exc.errno, (args.host, args.port), (exc.strerror or str(exc)).lower()))
+        return 1
+    return _serve(server, signals, args, die_after if mode == "die-after" else None)
+
+
+def main(argv=None):
+    """``vllm serve``; returns the exit status (argparse exits 2 itself on a bad option)."""
+    args = _parser().parse_args(argv)
+    try:
+        load_seconds = _env_float("FAKE_VLLM_LOAD_SECONDS", 1.0)
+        completion_seconds = _env_float("FAKE_VLLM_COMPLETION_SECONDS", 0.0)
+        failure = fail_mode()
+    except ValueError as exc:
+        sys.stderr.write("%s\n" % exc)
+        return 1
+    _log("INFO", "api_server.py:1839", "vLLM API server version %s" % __version__)
+    _log("INFO", "utils.py:326", "args: %s" % {k: v for k, v in sorted(vars(args).items()) if k != "api_key"})
+    if args.model.startswith(("/", ".")) and not os.path.isdir(args.model):
+        sys.stderr.write("ValueError: Invalid repository ID or local directory specified: '%s'. The model path %s "
+                         "does not exist or is not a directory.\n" % (args.model, args.model))
+        return 1
+    return _load_and_serve(args, load_seconds, completion_seconds, failure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

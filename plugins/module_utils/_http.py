@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to the llmfleet.engines collection; not a public API.
 
-Read-only HTTP GETs for the look-up modules (PyPI, GitHub), over
+Read-only HTTP GETs for the look-up modules (PyPI, GitHub), and the JSON POST of the
+readiness gate (``_ready``: a one-token completion, a read in effect), over
 ``ansible.module_utils.urls.open_url`` so that managed nodes need nothing but Python.
 
 Connection errors, time-outs, truncated bodies, 429 and 5xx answers are tried again with an
@@ -47,12 +48,16 @@ class HttpError(LlmfleetError):
 
 
 class UnreachableError(HttpError):
-    """No usable answer after every attempt (connection errors, time-outs, 429, 5xx)."""
+    """No usable answer after every attempt (connection errors, time-outs, 429, 5xx).
 
-    def __init__(self, url, msg, attempts, last_status=None):
+    ``last_status`` is the last attempt's HTTP status (None: no answer at all) and ``reason``
+    what went wrong with it, in a few words."""
+
+    def __init__(self, url, msg, attempts, last_status=None, reason=None):
         super().__init__(url, msg)
         self.attempts = attempts
         self.last_status = last_status
+        self.reason = reason
 
 
 class CertificateError(HttpError):
@@ -257,11 +262,12 @@ class HttpClient(object):
         return err
 
     # -- one attempt -----------------------------------------------------------------------
-    def _attempt(self, url, headers):
+    def _attempt(self, url, headers, method="GET", data=None):
         try:
             resp = open_url(
                 url,
-                method="GET",
+                method=method,
+                data=data,
                 headers=headers,
                 timeout=self.timeout,
                 validate_certs=self.validate_certs,
@@ -348,13 +354,18 @@ class HttpClient(object):
     # -- public ------------------------------------------------------------------------------
     def get(self, url, headers=None):
         """GET ``url``: a :class:`Response` with status 2xx, or one of this module's errors."""
+        return self.request("GET", url, headers)
+
+    def request(self, method, url, headers=None, data=None):
+        """``method`` on ``url`` with the body ``data`` (bytes or None), tried again like a GET:
+        a :class:`Response` with status 2xx, or one of this module's errors."""
         merged = dict(self.headers)
         merged.update(headers or {})
         attempts = self.retries + 1
         last = None
         for attempt in range(1, attempts + 1):
             try:
-                resp = self._attempt(url, merged)
+                resp = self._attempt(url, merged, method, data)
                 return resp
             except _Retryable as exc:
                 last = exc
@@ -367,13 +378,23 @@ class HttpClient(object):
             % (url, attempts, "" if attempts == 1 else "s", last.reason),
             attempts,
             last.status,
+            last.reason,
         )
 
     def get_json(self, url, headers=None, accept="application/json"):
         """GET and decode JSON: ``(data, response)``."""
         merged = {"Accept": accept}
         merged.update(headers or {})
-        resp = self.get(url, merged)
+        return self._decode(url, self.get(url, merged))
+
+    def post_json(self, url, payload, headers=None):
+        """POST ``payload`` as JSON and decode the JSON answer: ``(data, response)``."""
+        merged = {"Accept": "application/json", "Content-Type": "application/json"}
+        merged.update(headers or {})
+        body = json.dumps(payload).encode("utf-8")
+        return self._decode(url, self.request("POST", url, merged, body))
+
+    def _decode(self, url, resp):
         try:
             text = resp.body.decode("utf-8")
             data = json.loads(text)

@@ -237,3 +237,22 @@ def test_client_from_params_and_spec_defaults_agree():
     assert (client.timeout, client.retries, client.backoff, client.validate_certs) == (30, 2, 1.0, False)
     assert client.redact("a tok b") != "a tok b"
     assert params == GOOD_HTTP_PARAMS
+
+
+def test_post_json_sends_the_body_and_decodes_the_answer(fake):
+    server, sleeps = fake
+    server.add(URL, Reply(503, {"message": "loading"}), Reply(200, {"choices": [{"text": "x"}]}))
+    data, resp = client(backoff=0.5).post_json(URL, {"prompt": "ping"}, {"Authorization": "Bearer k"})
+    assert (data, resp.status, sleeps) == ({"choices": [{"text": "x"}]}, 200, [0.5])
+    call = server.calls[-1]
+    assert (call["kwargs"]["method"], call["kwargs"]["data"]) == ("POST", b'{"prompt": "ping"}')
+    assert call["headers"] == {"Accept": "application/json", "Content-Type": "application/json",
+                               "Authorization": "Bearer k"}
+
+
+def test_unreachable_error_keeps_the_last_reason_and_status(fake):
+    server, _sleeps = fake
+    server.add(URL, Reply(503, {"message": "loading"}))
+    with pytest.raises(_http.UnreachableError) as exc:
+        client(retries=0).get(URL)
+    assert (exc.value.last_status, exc.value.reason) == (503, "answered 503 Service Unavailable: loading")

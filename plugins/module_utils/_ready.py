@@ -1,0 +1,341 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The readiness gate of a vLLM OpenAI-compatible server (the ``engine_ready`` module): one call
+polls for at most ``wait`` seconds and says ready or not yet; past the whole ``deadline``,
+counted from the systemd unit's last start, or a failure that waiting cannot mend (the unit
+failed, another model or version answering, a refused request), it raises a
+:class:`ReadyError` whose ``details`` are the result keys.
+
+Each attempt, in order: the unit's state (``systemctl show``), ``GET /health``, ``GET /version``
+(when a version is wanted), ``GET /v1/models`` (the model must be listed) and a one-token
+``POST /v1/completions``. No HTTP answer, a 429 or 5xx, or a time-out is "not yet".
+
+Clocks: systemd's ``*TimestampMonotonic`` values are CLOCK_MONOTONIC microseconds, and so is
+Python's ``time.monotonic()`` on Linux (in seconds); the module runs on the unit's node, so the
+two compare.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
+
+#: The phases, in the order a starting server goes through them.
+PHASES = ("starting", "health", "models", "completion", "ready")
+#: The properties read with ``systemctl show``.
+UNIT_PROPERTIES = ("ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
+                   "ExecMainStartTimestampMonotonic", "NRestarts", "Result")
+_INT_PROPERTIES = ("ActiveEnterTimestampMonotonic", "ExecMainStartTimestampMonotonic", "NRestarts")
+#: Unit states that mean the server is not going to answer.
+DEAD_STATES = ("failed", "inactive")
+#: How many journal lines a message quotes (all ``journal_lines`` are in the result).
+MSG_JOURNAL_LINES = 10
+SYSTEMCTL_TIMEOUT = 30
+PROMPT = "ping"
+
+
+class ReadyError(LlmfleetError):
+    """Base: the server is not going to be ready; ``details`` are the module's result keys."""
+
+
+class UnitUnreadable(ReadyError):
+    """``systemctl show`` did not answer."""
+
+
+class UnitDead(ReadyError):
+    """The unit is ``failed`` or ``inactive``."""
+
+
+class ServerRefused(ReadyError):
+    """The server answered in a way that waiting will not change (4xx, a certificate, an
+    answer that is not the OpenAI API's)."""
+
+
+class VersionMismatch(ReadyError):
+    """``/version`` answers another version: another server is the one answering."""
+
+
+class ModelMissing(ReadyError):
+    """``/v1/models`` answers without the model."""
+
+
+class DeadlinePassed(ReadyError):
+    """Not ready within the deadline."""
+
+
+def parse_show(text):
+    """``systemctl show`` output (``Key=Value`` lines) as a dict; the timestamps and NRestarts
+    as ints (None where systemd gives no number)."""
+    values = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            values[key.strip()] = value.strip()
+    for key in _INT_PROPERTIES:
+        if key in values:
+            try:
+                values[key] = int(values[key])
+            except ValueError:
+                values[key] = None
+    return values
+
+
+class Unit:
+    """A systemd unit read through a ``_proc.Runner``-like callable."""
+
+    def __init__(self, run, name, systemctl, journalctl=None, journal_lines=40):
+        self.run = run
+        self.name = name
+        self.systemctl = systemctl
+        self.journalctl = journalctl
+        self.journal_lines = journal_lines
+
+    def show_argv(self):
+        argv = [self.systemctl, "show"]
+        for prop in UNIT_PROPERTIES:
+            argv.extend(["-p", prop])
+        return argv + [self.name]
+
+    def journal_argv(self):
+        return [self.journalctl, "-u", self.name, "-n", str(self.journal_lines), "--no-pager", "-o", "cat"]
+
+    def state(self):
+        """The unit's properties (see :func:`parse_show`), or :class:`UnitUnreadable`."""
+        res = self.run(self.show_argv(), timeout=SYSTEMCTL_TIMEOUT)
+        if res.rc != 0 or res.timed_out:
+            why = "did not answer within %d s" % SYSTEMCTL_TIMEOUT if res.timed_out else \
+                "exited %s: %s" % (res.rc, tail(res.output) or "no output")
+            raise UnitUnreadable(
+                "reading the state of unit %s failed: %s %s; is it a systemd node, and may this "
+                "user read the unit?" % (self.name, " ".join(self.show_argv()), why))
+        values = parse_show(res.out)
+        return dict((key, values.get(key)) for key in UNIT_PROPERTIES)
+
+    def journal(self):
+        """``(lines, problem)``: the journal's last lines, and why there are none (or None)."""
+        if not self.journalctl:
+            return [], "journalctl was not found"
+        res = self.run(self.journal_argv(), timeout=SYSTEMCTL_TIMEOUT)
+        if res.rc != 0 or res.timed_out:
+            return [], "%s exited %s: %s" % (" ".join(self.journal_argv()), res.rc, tail(res.output) or "no output")
+        return res.out.splitlines(), None
+
+    def start_monotonic(self, state):
+        """When the unit last started, in seconds of CLOCK_MONOTONIC, or None: the main process's
+        start, else when the unit last became active (0 means never in systemd)."""
+        for key in ("ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic"):
+            value = state.get(key)
+            if value:
+                return value / 1e6
+        return None
+
+
+class _NotYet(Exception):
+    """Internal: this attempt ended in "not yet"; ``phase`` is where it stands."""
+
+    def __init__(self, phase, reason):
+        super().__init__(reason)
+        self.phase = phase
+        self.reason = reason
+
+
+class Gate:
+    """One module call: :meth:`run` polls until ready, ``wait`` used up, or the deadline.
+
+    ``client``: an :class:`_http.HttpClient` (no retries: the gate polls); ``api_key`` is added
+    to its secrets. ``unit``: a :class:`Unit` or None. ``clock`` and ``sleep`` are CLOCK_MONOTONIC seconds and a pause.
+    """
+
+    def __init__(self, client, url, model, version=None, unit=None, deadline=900, wait=15,
+                 interval=1.0, api_key=None, clock=time.monotonic, sleep=time.sleep):
+        self.client = client
+        self.url = url.rstrip("/")
+        self.model = model
+        self.version = version
+        self.unit = unit
+        self.deadline = deadline
+        self.wait = wait
+        self.interval = interval
+        self.headers = {}
+        if api_key:
+            self.headers["Authorization"] = "Bearer %s" % api_key
+            if api_key not in client.secrets:
+                client.secrets.append(api_key)  # masked in whatever the server sends back
+        self.clock = clock
+        self.sleep = sleep
+        self.called = None
+        self.anchor = None
+        self.result = dict(ready=False, phase="starting", since_start_s=None, health_s=None,
+                           completion_ms=None, version=None, models=None, unit_state=None)
+
+    # -- words -------------------------------------------------------------------------------
+    def _what(self):
+        """The server, the unit and the model, as every message names them."""
+        unit = " (unit %s)" % self.unit.name if self.unit else ""
+        return "vLLM at %s%s, model %s" % (self.url, unit, self.model)
+
+    def _since_text(self):
+        return "since the unit started" if self._anchored_on_unit() else "since this check began"
+
+    def _anchored_on_unit(self):
+        return self.anchor is not None and self.anchor != self.called
+
+    def _restarts_text(self):
+        state = self.result["unit_state"] or {}
+        count = state.get("NRestarts")
+        if count:
+            return "; systemd restarted it %d time%s" % (count, "" if count == 1 else "s")
+        return ""
+
+    def _with_journal(self, msg):
+        """``msg`` with the journal's tail; the result gets ``journal`` (when there is a unit)."""
+        if not self.unit:
+            return msg
+        lines, problem = self.unit.journal()
+        self.result["journal"] = lines
+        if problem:
+            return "%s; no journal: %s" % (msg, problem)
+        shown = tail("\n".join(lines), MSG_JOURNAL_LINES)
+        return "%s; journal of %s (last lines; %d in 'journal'): %s" % (
+            msg, self.unit.name, len(lines), shown or "empty")
+
+    def _error(self, cls, msg, journal=False):
+        """The error to raise, with the result so far (and the journal) as its details."""
+        self.result["since_start_s"] = round(self.clock() - self.anchor, 3)
+        if journal:
+            msg = self._with_journal(msg)
+        return cls(msg, **self.result)
+
+    # -- one attempt -----------------------------------------------------------------------
+    def _check_unit(self):
+        try:
+            state = self.unit.state()
+        except UnitUnreadable as exc:
+            raise self._error(UnitUnreadable, "%s: %s" % (self._what(), exc.msg))
+        self.result["unit_state"] = state
+        start = self.unit.start_monotonic(state)
+        self.anchor = start if start is not None else self.called
+        active = state.get("ActiveState")
+        if active in DEAD_STATES:
+            raise self._error(
+                UnitDead,
+                "%s: the unit is %s (SubState %s, Result %s), so the server will not answer; see why in "
+                "its journal and start it again" % (self._what(), active, state.get("SubState"), state.get("Result")),
+                journal=True)
+
+    def _call(self, phase, method, path, payload=None, decode=True):
+        """One request: ``(data or None, response)``; "not yet" as :class:`_NotYet`, anything
+        waiting will not change as :class:`ServerRefused`."""
+        url = self.url + path
+        try:
+            if method == "POST":
+                return self.client.post_json(url, payload, self.headers)
+            if decode:
+                return self.client.get_json(url, self.headers)
+            return None, self.client.get(url, self.headers)
+        except _http.UnreachableError as exc:
+            if exc.last_status is None and phase == "health":
+                phase = "starting"  # nothing answers yet
+            raise _NotYet(phase, "%s %s: %s" % (method, url, exc.reason))
+        except _http.HttpStatusError as exc:
+            hint = ""
+            if exc.status in (401, 403):
+                hint = ": give api_key, the server's --api-key" if not self.headers else \
+                    ": api_key is not the server's --api-key"
+            raise self._error(ServerRefused, "%s: %s %s answered %d%s%s" % (
+                self._what(), method, url, exc.status,
+                " (%s)" % exc.server_message if exc.server_message else "", hint))
+        except _http.HttpError as exc:  # a certificate, a body that is not JSON
+            raise self._error(ServerRefused, "%s: %s %s: %s" % (self._what(), method, url, exc.msg))
+
+    def _attempt(self):
+        """Ready (True), or :class:`_NotYet`, or a :class:`ReadyError`."""
+        if self.unit:
+            self._check_unit()
+        else:
+            self.anchor = self.called
+        _data, resp = self._call("health", "GET", "/health", decode=False)
+        if resp.status != 200:
+            raise _NotYet("health", "GET %s/health answered %d" % (self.url, resp.status))
+        if self.result["health_s"] is None:
+            self.result["health_s"] = round(self.clock() - self.anchor, 3)
+        self.result["phase"] = "models"
+
+        if self.version is not None:
+            data, _resp = self._call("models", "GET", "/version")
+            answered = data.get("version") if isinstance(data, dict) else None
+            self.result["version"] = answered
+            if answered != self.version:
+                raise self._error(
+                    VersionMismatch,
+                    "%s: %s/version answers %s, not %s: another server (an old one still running, or "
+                    "another process on that port) is the one answering"
+                    % (self._what(), self.url, answered, self.version))
+
+        data, _resp = self._call("models", "GET", "/v1/models")
+        listed = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
+            raise self._error(
+                ServerRefused,
+                "%s: %s/v1/models did not answer a list of models ({\"data\": [{\"id\": ...}]}): is this an "
+                "OpenAI-compatible server?" % (self._what(), self.url))
+        self.result["models"] = [m["id"] for m in listed]
+        if self.model not in self.result["models"]:
+            raise self._error(
+                ModelMissing,
+                "%s: the server does not serve the model; it serves: %s (the model's name is vLLM's "
+                "--served-model-name, else the model path)"
+                % (self._what(), ", ".join(self.result["models"]) or "no model"))
+        self.result["phase"] = "completion"
+
+        started = self.clock()
+        data, _resp = self._call("completion", "POST", "/v1/completions",
+                                 {"model": self.model, "prompt": PROMPT, "max_tokens": 1})
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or len(choices) != 1:
+            got = "%d choices" % len(choices) if isinstance(choices, list) else "no choices"
+            raise self._error(
+                ServerRefused,
+                "%s: POST %s/v1/completions answered 200 with %s instead of one choice" % (self._what(), self.url, got))
+        self.result["completion_ms"] = round((self.clock() - started) * 1000, 1)
+        self.result["phase"] = "ready"
+        return True
+
+    # -- the call ----------------------------------------------------------------------------
+    def run(self):
+        """The result dict (``ready`` true, or false when ``wait`` is used up), or a ReadyError."""
+        self.called = self.clock()
+        self.anchor = self.called
+        while True:
+            try:
+                self._attempt()
+            except _NotYet as exc:
+                self.result["phase"] = exc.phase
+                reason = exc.reason
+            else:
+                self.result["ready"] = True
+                self.result["since_start_s"] = round(self.clock() - self.anchor, 3)
+                return self.result
+            now = self.clock()
+            since = now - self.anchor
+            self.result["since_start_s"] = round(since, 3)
+            if since >= self.deadline:
+                raise self._error(
+                    DeadlinePassed,
+                    "%s: not ready after %d s %s, past the deadline of %d s: phase %s (last: %s)%s" % (
+                        self._what(), since, self._since_text(), self.deadline, self.result["phase"], reason,
+                        self._restarts_text()),
+                    journal=True)
+            left = min(self.called + self.wait - now, self.anchor + self.deadline - now)
+            if left <= 0:
+                self.result["msg"] = "%s: not ready yet after %d s %s (deadline %d s): phase %s (last: %s)%s" % (
+                    self._what(), since, self._since_text(), self.deadline, self.result["phase"],
+                    reason, self._restarts_text())
+                return self.result
+            self.sleep(min(self.interval, left))

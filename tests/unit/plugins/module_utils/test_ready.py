@@ -1,0 +1,273 @@
+"""_ready: the readiness gate against a real HTTP server on 127.0.0.1 and a fake systemd unit
+(``systemctl``/``journalctl`` scripts run through the real ``_proc.Runner``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _ready
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
+from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm
+
+SHOW = ("show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p ExecMainStartTimestampMonotonic "
+        "-p NRestarts -p Result vllm.service")
+OOM = [
+    "INFO 05-04 10:00:01 [api_server.py:1090] vLLM API server version 0.20.0",
+    "INFO 05-04 10:00:09 [model_runner.py:1100] Loading model weights took 15.2 GiB",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "vllm.service: Main process exited, code=exited, status=1/FAILURE",
+    "vllm.service: Failed with result 'exit-code'.",
+]
+
+
+@pytest.fixture
+def servers():
+    started = []
+
+    def make(after=0.0, **kw):
+        fake = FakeVllm(**kw)
+        started.append(fake)
+        return fake.start(after)
+
+    yield make
+    for fake in started:
+        fake.stop()
+
+
+@pytest.fixture
+def unit(tmp_path):
+    return FakeUnit(tmp_path)
+
+
+def gate(url, model="m", api_key=None, unit=None, journal_lines=40, **kw):
+    client = HttpClient(timeout=2, retries=0)
+    if unit is not None:
+        unit = _ready.Unit(Runner(), "vllm.service", str(unit.bin / "systemctl"), str(unit.bin / "journalctl"),
+                           journal_lines)
+    return _ready.Gate(client, url, model, unit=unit, api_key=api_key, **kw)
+
+
+def timed(fn):
+    started = time.monotonic()
+    try:
+        return fn(), time.monotonic() - started
+    except _ready.ReadyError as exc:
+        return exc, time.monotonic() - started
+
+
+def test_refused_while_loading_then_ready_within_one_call(servers):
+    fake = servers(after=1.5)  # connection refused for 1.5 s, as while vLLM loads
+    result, took = timed(gate(fake.url, wait=10).run)
+    assert (result["ready"], result["phase"], result["models"], result["version"]) == (True, "ready", ["m"], None)
+    assert 1.5 <= result["health_s"] <= result["since_start_s"] < 5
+    assert 0 < result["completion_ms"] < 2000
+    assert "msg" not in result and "journal" not in result and result["unit_state"] is None
+    assert took < 5
+    assert fake.seen() == ["GET /health", "GET /v1/models", "POST /v1/completions"]
+    assert fake.requests[2]["body"] == {"model": "m", "prompt": "ping", "max_tokens": 1}
+
+
+def test_not_ready_after_wait_returns_without_failing(servers):
+    fake = servers(health=503)
+    result, took = timed(gate(fake.url, wait=2).run)
+    assert (result["ready"], result["phase"], result["health_s"], result["models"]) == (False, "health", None, None)
+    assert result["msg"] == (
+        "vLLM at %s, model m: not ready yet after 2 s since this check began (deadline 900 s): phase health "
+        "(last: GET %s/health: answered 503 Service Unavailable)" % (fake.url, fake.url))
+    assert 2 <= took < 3.5
+    assert fake.seen() == ["GET /health"] * 3  # at 0, 1 and 2 s
+
+
+def test_nothing_listening_is_phase_starting(servers):
+    fake = FakeVllm()  # never started
+    result = gate(fake.url, wait=0).run()
+    assert (result["ready"], result["phase"]) == (False, "starting")
+    assert result["msg"] == (
+        "vLLM at %s, model m: not ready yet after 0 s since this check began (deadline 900 s): phase starting "
+        "(last: GET %s/health: connection failed: [Errno 111] Connection refused)" % (fake.url, fake.url))
+
+
+def test_completion_loading_then_ready(servers):
+    fake = servers(completion=[503, 200])
+    result = gate(fake.url, wait=5).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert fake.seen() == ["GET /health", "GET /v1/models", "POST /v1/completions"] * 2
+
+
+def test_completion_not_answering_yet_is_phase_completion(servers):
+    fake = servers(completion=503)
+    result = gate(fake.url, wait=0).run()
+    assert (result["ready"], result["phase"], result["models"], result["completion_ms"]) == (False, "completion", ["m"], None)
+    assert result["msg"].endswith(
+        "phase completion (last: POST %s/v1/completions: answered 503 Service Unavailable: loading)" % fake.url)
+
+
+def test_deadline_passed_without_unit_fails(servers):
+    fake = servers(health=503)
+    exc, took = timed(gate(fake.url, deadline=1, wait=30).run)
+    assert isinstance(exc, _ready.DeadlinePassed) and isinstance(exc, LlmfleetError)
+    assert exc.msg == (
+        "vLLM at %s, model m: not ready after 1 s since this check began, past the deadline of 1 s: phase health "
+        "(last: GET %s/health: answered 503 Service Unavailable)" % (fake.url, fake.url))
+    assert (exc.details["ready"], exc.details["phase"], "journal" in exc.details) == (False, "health", False)
+    assert 1 <= took < 2.5
+
+
+def test_deadline_counts_from_the_units_start_and_quotes_the_journal(servers, unit):
+    fake = servers(health=503)
+    unit.set(started_ago=1000.2, restarts=2)
+    unit.journal(OOM[:2])
+    exc, took = timed(gate(fake.url, unit=unit, deadline=900, wait=30).run)
+    assert isinstance(exc, _ready.DeadlinePassed)
+    assert exc.msg == (
+        "vLLM at %s (unit vllm.service), model m: not ready after 1000 s since the unit started, past the deadline "
+        "of 900 s: phase health (last: GET %s/health: answered 503 Service Unavailable); systemd restarted it 2 "
+        "times; journal of vllm.service (last lines; 2 in 'journal'): %s / %s" % (fake.url, fake.url, OOM[0], OOM[1]))
+    assert exc.details["journal"] == OOM[:2]
+    assert 1000 < exc.details["since_start_s"] < 1002
+    assert exc.details["unit_state"]["NRestarts"] == 2
+    assert took < 2  # at the first attempt
+    assert unit.calls() == ["systemctl " + SHOW, "journalctl -u vllm.service -n 40 --no-pager -o cat"]
+
+
+def test_since_start_is_from_the_units_start(servers, unit):
+    fake = servers()
+    start_us = unit.set(started_ago=100.0)
+    result = gate(fake.url, unit=unit, wait=0).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert 100 <= result["health_s"] <= result["since_start_s"] < 102
+    assert result["unit_state"] == {
+        "ActiveState": "active", "SubState": "running", "ActiveEnterTimestampMonotonic": start_us,
+        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success"}
+    assert unit.calls() == ["systemctl " + SHOW]
+
+
+def test_model_missing_fails_at_once_listing_the_served_models(servers):
+    fake = servers(models=["Qwen/Qwen3-8B", "lora-a"])
+    exc, took = timed(gate(fake.url, model="Qwen/Qwen3-32B", wait=30).run)
+    assert isinstance(exc, _ready.ModelMissing)
+    assert exc.msg == (
+        "vLLM at %s, model Qwen/Qwen3-32B: the server does not serve the model; it serves: Qwen/Qwen3-8B, lora-a "
+        "(the model's name is vLLM's --served-model-name, else the model path)" % fake.url)
+    assert (exc.details["phase"], exc.details["models"]) == ("models", ["Qwen/Qwen3-8B", "lora-a"])
+    assert took < 1
+    assert fake.seen() == ["GET /health", "GET /v1/models"]
+
+
+def test_version_mismatch_fails_at_once(servers):
+    fake = servers(version="0.19.1")
+    exc, took = timed(gate(fake.url, version="0.20.0", wait=30).run)
+    assert isinstance(exc, _ready.VersionMismatch)
+    assert exc.msg == (
+        "vLLM at %s, model m: %s/version answers 0.19.1, not 0.20.0: another server (an old one still running, or "
+        "another process on that port) is the one answering" % (fake.url, fake.url))
+    assert (exc.details["phase"], exc.details["version"], exc.details["models"]) == ("models", "0.19.1", None)
+    assert took < 1
+    assert fake.seen() == ["GET /health", "GET /version"]
+
+
+def test_version_that_matches_is_returned(servers):
+    fake = servers(version="0.20.0")
+    result = gate(fake.url, version="0.20.0", wait=0).run()
+    assert (result["ready"], result["version"]) == (True, "0.20.0")
+    assert fake.seen() == ["GET /health", "GET /version", "GET /v1/models", "POST /v1/completions"]
+
+
+def test_api_key_is_sent_and_a_401_fails_without_leaking_it(servers):
+    fake = servers(api_key="sk-right-key")
+    result = gate(fake.url, api_key="sk-right-key", wait=0).run()
+    assert result["ready"] is True
+    assert [r["auth"] for r in fake.requests] == ["Bearer sk-right-key"] * 3
+
+    exc, took = timed(gate(fake.url, api_key="sk-wrong-key", wait=30).run)
+    assert isinstance(exc, _ready.ServerRefused)
+    assert exc.msg == (
+        "vLLM at %s, model m: GET %s/v1/models answered 401 (Unauthorized): api_key is not the server's --api-key"
+        % (fake.url, fake.url))
+    assert "sk-wrong-key" not in repr(exc.details) and took < 1
+
+    exc, _took = timed(gate(fake.url, wait=30).run)
+    assert exc.msg == (
+        "vLLM at %s, model m: GET %s/v1/models answered 401 (Unauthorized): give api_key, the server's --api-key"
+        % (fake.url, fake.url))
+
+
+def test_an_api_key_echoed_by_the_server_is_masked(servers):
+    fake = servers(api_key="sk-right-key", echo_auth=True)
+    exc, _took = timed(gate(fake.url, api_key="sk-wrong-key", wait=30).run)
+    assert exc.msg == (
+        "vLLM at %s, model m: GET %s/v1/models answered 401 (Unauthorized: Bearer ******** is not valid): "
+        "api_key is not the server's --api-key" % (fake.url, fake.url))
+
+
+def test_completion_without_one_choice_fails(servers):
+    fake = servers(choices=0)
+    exc, _took = timed(gate(fake.url, wait=30).run)
+    assert isinstance(exc, _ready.ServerRefused)
+    assert exc.msg == "vLLM at %s, model m: POST %s/v1/completions answered 200 with 0 choices instead of one choice" % (
+        fake.url, fake.url)
+    assert exc.details["phase"] == "completion"
+
+
+def test_failed_unit_fails_at_once_with_the_journal(servers, unit):
+    fake = FakeVllm()  # nothing listens: without the unit's state the call would wait 30 s
+    unit.set(active="failed", sub="failed", result="exit-code")
+    unit.journal(OOM)
+    exc, took = timed(gate(fake.url, unit=unit, journal_lines=5, wait=30).run)
+    assert isinstance(exc, _ready.UnitDead)
+    assert exc.msg == (
+        "vLLM at %s (unit vllm.service), model m: the unit is failed (SubState failed, Result exit-code), so the "
+        "server will not answer; see why in its journal and start it again; journal of vllm.service (last lines; "
+        "5 in 'journal'): %s" % (fake.url, " / ".join(OOM).rstrip(".")))
+    assert exc.details["journal"] == OOM
+    assert (exc.details["ready"], exc.details["phase"], exc.details["unit_state"]["Result"]) == (False, "starting", "exit-code")
+    assert took < 1
+    assert unit.calls() == ["systemctl " + SHOW, "journalctl -u vllm.service -n 5 --no-pager -o cat"]
+
+
+def test_inactive_unit_fails_at_once(servers, unit):
+    fake = servers()  # even a server that answers: the unit is not the one running it
+    unit.set(active="inactive", sub="dead", started_ago=None, result="success")
+    exc, _took = timed(gate(fake.url, unit=unit, wait=30).run)
+    assert isinstance(exc, _ready.UnitDead)
+    assert exc.msg == (
+        "vLLM at %s (unit vllm.service), model m: the unit is inactive (SubState dead, Result success), so the "
+        "server will not answer; see why in its journal and start it again; journal of vllm.service (last lines; "
+        "0 in 'journal'): empty" % fake.url)
+    assert exc.details["journal"] == [] and fake.seen() == []
+
+
+def test_unit_that_fails_during_the_call(servers, unit):
+    fake = servers(health=503)
+    unit.set(active="activating", sub="start", started_ago=5)
+    fails = threading.Timer(1.2, lambda: unit.set(active="failed", sub="failed", result="signal"))
+    fails.start()
+    try:
+        exc, took = timed(gate(fake.url, unit=unit, wait=30).run)
+    finally:
+        fails.join()
+    assert isinstance(exc, _ready.UnitDead)
+    assert exc.msg.startswith("vLLM at %s (unit vllm.service), model m: the unit is failed (SubState failed, "
+                              "Result signal)" % fake.url)
+    assert exc.details["phase"] == "health" and 1.2 <= took < 3
+
+
+def test_systemctl_that_fails_is_an_error(servers, unit):
+    fake = servers()
+    unit.show_fails(1, "System has not been booted with systemd as init system (PID 1). Can't operate.")
+    exc, _took = timed(gate(fake.url, unit=unit, wait=30).run)
+    assert isinstance(exc, _ready.UnitUnreadable)
+    assert exc.msg == (
+        "vLLM at %s (unit vllm.service), model m: reading the state of unit vllm.service failed: %s %s exited 1: "
+        "System has not been booted with systemd as init system (PID 1). Can't operate; is it a systemd node, "
+        "and may this user read the unit?" % (fake.url, unit.bin / "systemctl", SHOW))
+
+
+def test_parse_show():
+    assert _ready.parse_show("ActiveState=active\nNRestarts=3\nExecMainStartTimestampMonotonic=\nResult=success\nnoise\n") == {
+        "ActiveState": "active", "NRestarts": 3, "ExecMainStartTimestampMonotonic": None, "Result": "success"}

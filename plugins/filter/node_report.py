@@ -65,12 +65,20 @@ def engine_node_summary(result, job=None, root=""):
     if action == "failed":
         return "%s: vllm %s was not installed; current is %s, as before." % (
             host, version, _text(r.get("current")) or "not set")
+    pending = _text(r.get("pending"))
+    left = "current is left on %s for engine_service to switch after draining the node" % (
+        _text(r.get("current")) or "nothing")
     if re.match(".*switched", action):
+        if pending:
+            return "%s: vllm %s %s is already on disk (no download); %s." % (
+                host, version, _text(r.get("wanted")), left)
         return "%s: %s current to vllm %s %s, already on disk (no download)." % (
             host, "would switch" if check_mode else "switched", version, _text(r.get("wanted")))
     line = "%s: %s vllm %s %s" % (host, "would install" if check_mode else "installed", version,
                                   _text(job.get("build")))
-    if not check_mode:
+    if pending:
+        line += " (%s); %s" % (_text(r.get("path")), left)
+    elif not check_mode:
         line += " and switched current to it (%s)" % _text(r.get("path"))
     if fallback:
         why = "auto chose %s, whose GPU check failed (%s); the other build, tried once, computes." % (

@@ -222,7 +222,10 @@ class Gate:
         start = self.unit.start_monotonic(state)
         self.anchor = start if start is not None else self.called
         active = state.get("ActiveState")
-        if active in DEAD_STATES:
+        # auto-restart: the server exited and systemd waits RestartSec to start it again (its
+        # Restart= setting). Each such start would count the deadline afresh, so a server that
+        # dies while loading would keep the gate waiting forever: it has failed.
+        if active in DEAD_STATES or state.get("SubState") == "auto-restart":
             raise self._error(
                 UnitDead,
                 "%s: the unit is %s (SubState %s, Result %s), so the server will not answer; see why in "

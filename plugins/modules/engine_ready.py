@@ -26,7 +26,8 @@ description:
     RV(ready=false) with RV(phase) saying where the server stands, without failing.
   - >-
     These fail at once, with the unit's journal where there is one; waiting would not change them.
-    The unit is C(failed) or C(inactive). C(/version) answers another version (the old server, or
+    The unit is C(failed) or C(inactive), or its server exited and systemd waits to start it again
+    (SubState C(auto-restart)). C(/version) answers another version (the old server, or
     another process, is the one answering). C(/v1/models) answers without O(model) (the message
     lists the models it serves). Another 4xx answer (401 or 403 for a missing or wrong
     O(api_key)), a TLS certificate that is not accepted, or an answer that is not the OpenAI API's.
@@ -61,7 +62,7 @@ options:
       - When given, each attempt first reads its state with
         C(systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic
         -p ExecMainStartTimestampMonotonic -p NRestarts -p Result <unit>); a C(failed) or
-        C(inactive) unit fails the task at once. O(deadline) is counted from its last start, and a
+        C(inactive) unit, or one in C(auto-restart) (its server exited), fails the task at once. O(deadline) is counted from its last start, and a
         failure quotes C(journalctl -u <unit> -n <journal_lines> --no-pager -o cat).
     type: str
   deadline:

@@ -91,6 +91,13 @@ RETRIED = {"from": "cu13", "to": "cu129", "reason": "no_kernel_image", "since": 
             fallback=RETRIED), {"build": "cu129", "why": "auto tries the other build once"},
      "gpu07: installed vllm 0.20.0 cu129 and switched current to it (/opt/llmfleet/engines/vllm/0.20.0-cu129)."
      " auto chose cu13, whose GPU check failed (no_kernel_image); the other build, tried once, computes."),
+    (result(action="installed", current="0.15.1-cu129", pending="0.20.0-cu13"), JOB,
+     "gpu07: installed vllm 0.20.0 cu13 (/opt/llmfleet/engines/vllm/0.20.0-cu13); current is left on 0.15.1-cu129"
+     " for engine_service to switch after draining the node. auto: driver 580 and compute capability 9.0 run the"
+     " PyPI build."),
+    (result(action="switched", current="", pending="0.20.0-cu13"), None,
+     "gpu07: vllm 0.20.0 cu13 is already on disk (no download); current is left on nothing for engine_service to"
+     " switch after draining the node."),
 ])
 def test_summary(res, job, expected):
     assert FILTERS["engine_node_summary"](res, job, "/opt/llmfleet") == expected

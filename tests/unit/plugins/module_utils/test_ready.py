@@ -271,3 +271,16 @@ def test_systemctl_that_fails_is_an_error(servers, unit):
 def test_parse_show():
     assert _ready.parse_show("ActiveState=active\nNRestarts=3\nExecMainStartTimestampMonotonic=\nResult=success\nnoise\n") == {
         "ActiveState": "active", "NRestarts": 3, "ExecMainStartTimestampMonotonic": None, "Result": "success"}
+
+
+def test_a_unit_that_died_and_waits_to_restart_fails_at_once(servers, unit):
+    """Restart=on-failure: between two starts the unit is activating/auto-restart; every new start
+    would count the deadline afresh, so the gate fails instead of waiting for ever."""
+    fake = servers()
+    unit.set(active="activating", sub="auto-restart", started_ago=None, result="exit-code")
+    exc, took = timed(gate(fake.url, unit=unit, wait=30).run)
+    assert isinstance(exc, _ready.UnitDead)
+    assert exc.msg.startswith(
+        "vLLM at %s (unit vllm.service), model m: the unit is activating (SubState auto-restart, Result exit-code),"
+        " so the server will not answer" % fake.url)
+    assert took < 1 and fake.seen() == []

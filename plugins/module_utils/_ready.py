@@ -69,6 +69,14 @@ class DeadlinePassed(ReadyError):
     """Not ready within the deadline."""
 
 
+def version_is(answered, wanted):
+    """Whether the server's ``/version`` is ``wanted``: the same, or ``wanted`` with a local label
+    (a build from vLLM's GitHub release answers ``0.20.0+cu129`` for the release 0.20.0)."""
+    if not isinstance(answered, str):
+        return False
+    return answered == wanted or ("+" not in wanted and answered.split("+", 1)[0] == wanted)
+
+
 def parse_show(text):
     """``systemctl show`` output (``Key=Value`` lines) as a dict; the timestamps and NRestarts
     as ints (None where systemd gives no number)."""
@@ -274,7 +282,7 @@ class Gate:
             data, _resp = self._call("models", "GET", "/version")
             answered = data.get("version") if isinstance(data, dict) else None
             self.result["version"] = answered
-            if answered != self.version:
+            if not version_is(answered, self.version):
                 raise self._error(
                     VersionMismatch,
                     "%s: %s/version answers %s, not %s: another server (an old one still running, or "

@@ -53,7 +53,9 @@ options:
   version:
     description:
       - The vLLM version C(GET /version) must answer. Another version fails the task at once,
-        since the server answering is not the one just started.
+        since the server answering is not the one just started. A release given without a local
+        label also matches that release with one (V(0.20.0) matches C(0.20.0+cu129), which the
+        builds from vLLM's GitHub release answer).
       - When not given, C(/version) is not asked and RV(version) is null.
     type: str
   unit:

@@ -144,7 +144,8 @@ def test_a_mirror_with_credentials(upstream, tmp_path):
         assert result.get("failed") is not True, result.get("msg")
         assert result["changed"] is True
         assert SECRET not in out
-        assert result["invocation"]["module_args"]["index_url"] == mirror.index("********")
+        invocation = result.get("invocation")  # not echoed any more by ansible-core 2.21
+        assert invocation is None or invocation["module_args"]["index_url"] == mirror.index("********")
         assert result["marker"]["spec"]["index_url"] == mirror.url + "/simple"
         # uv sent the credentials for the index and for its files, on every request
         assert any(p.startswith("/files/vllm-0.11.0") for _m, p, _ok in mirror.requests)

@@ -178,6 +178,20 @@ def test_version_that_matches_is_returned(servers):
     assert fake.seen() == ["GET /health", "GET /version", "GET /v1/models", "POST /v1/completions"]
 
 
+@pytest.mark.parametrize("answered, wanted, same", [
+    ("0.20.0", "0.20.0", True), ("0.20.0+cu129", "0.20.0", True), ("0.20.0+cu129", "0.20.0+cu129", True),
+    ("0.20.0", "0.20.0+cu129", False), ("0.20.0+cu130", "0.20.0+cu129", False), ("0.20.01", "0.20.0", False),
+    ("0.20", "0.20.0", False), (None, "0.20.0", False)])
+def test_a_local_label_of_the_wanted_release_is_that_release(answered, wanted, same):
+    assert _ready.version_is(answered, wanted) is same
+
+
+def test_a_github_build_answers_its_release_with_a_local_label(servers):
+    fake = servers(version="0.20.0+cu129")
+    result = gate(fake.url, version="0.20.0", wait=0).run()
+    assert (result["ready"], result["version"]) == (True, "0.20.0+cu129")
+
+
 def test_api_key_is_sent_and_a_401_fails_without_leaking_it(servers):
     fake = servers(api_key="sk-right-key")
     result = gate(fake.url, api_key="sk-right-key", wait=0).run()

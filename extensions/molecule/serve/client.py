@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A test client that sends one-token completions to the nodes not drained, round robin, until
 told to stop; writes what it counted (sent, answered, failed, per node) as JSON.
 

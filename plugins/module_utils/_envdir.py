@@ -27,6 +27,7 @@ import time
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
     CleanupFailed, NotAnEnvironment, SwitchFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import text_sha256
 
 MARKER_NAME = ".llmfleet-engine.json"
 LOCK_FILE_NAME = "llmfleet-requirements.txt"
@@ -43,7 +44,7 @@ def wanted_spec(params, uv_version):
     rebuild the environment.
     """
     wheel = params.get("wheel")
-    return {
+    spec = {
         "engine": params["engine"],
         "version": params["version"],
         "build": params.get("build"),
@@ -56,7 +57,7 @@ def wanted_spec(params, uv_version):
         "index_url": strip_userinfo(params.get("index_url")),
         "extra_index_url": [strip_userinfo(url) for url in params.get("extra_index_url") or []],
         "index_strategy": params.get("index_strategy"),
-        "exclude_newer": params["exclude_newer"],
+        "exclude_newer": params.get("exclude_newer"),
         "exclude_newer_package": {
             k: (False if v is False or str(v).lower() == "false" else str(v))
             for k, v in sorted((params.get("exclude_newer_package") or {}).items())
@@ -65,6 +66,15 @@ def wanted_spec(params, uv_version):
         "python_preference": params["python_preference"],
         "uv": uv_version,
     }
+    if params.get("lock") is not None:
+        # Installed from a lock given as text (the fleet's): nothing is resolved, so what the
+        # resolution reads (requirements, indexes, cut-offs) decides nothing; any mirror serves
+        # the files, whose hashes the lock pins. The lock's sha256 does decide.
+        for key in ("requirements", "index_url", "extra_index_url", "index_strategy", "exclude_newer",
+                    "exclude_newer_package"):
+            del spec[key]
+        spec["lock_sha256"] = text_sha256(params["lock"])
+    return spec
 
 
 def spec_differences(old, new):

@@ -67,6 +67,11 @@ class LockMismatch(UvEnvError):
     """The lock resolved, but not to what ``expect`` (or the engine's version) asks."""
 
 
+class LockInvalid(UvEnvError):
+    """A lock given as text has a line that is not a file pinned by its sha256 (unpinned, unhashed,
+    editable, VCS, local file, an option line)."""
+
+
 class VerifyFailed(UvEnvError):
     """The engine does not import, has the wrong version, or verify_command failed."""
 

@@ -13,6 +13,7 @@ When the wanted spec equals the marker's and the environment is intact, nothing 
 
     <path>.partial   uv venv --relocatable
                      uv pip compile --generate-hashes --exclude-newer   (the lock)
+                       or, with ``lock``, the given text written as the lock (nothing resolved)
                      the lock checked against ``expect``
                      uv pip install --require-hashes --no-deps -r lock
                      the engine imported (or ``verify_command``), GPU compute check
@@ -42,7 +43,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
     inspect_env, marker_json, pending_debris, rebuild_reasons, refuse_foreign, remove_tree,
     switch_into_place, wanted_spec, write_json_atomic)
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
-    GpuCheckFailed, InstallFailed, InstallTimeout, LockBusy, LockMismatch, NotEnoughSpace, ResolveFailed,
+    GpuCheckFailed, InstallFailed, InstallTimeout, LockBusy, LockInvalid, LockMismatch, NotEnoughSpace, ResolveFailed,
     UvEnvError, UvUnusable, VenvFailed, VerifyFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import (
     PathLock, Progress, busy_message, holder_text, utc_now)
@@ -52,7 +53,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
     uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner, tail
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
-    check_engine, check_expect, lock_versions, normalize_name, parse_lock, versions_match)
+    check_engine, check_expect, lock_text_problems, lock_versions, normalize_name, parse_lock, text_sha256,
+    versions_match)
 from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
     BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
     nearest_existing, start_partial)
@@ -185,7 +187,9 @@ class EngineEnv:
             lock = {"path": os.path.join(self.path, LOCK_FILE_NAME),
                     "sha256": (marker.get("lock") or {}).get("sha256"),
                     "packages": lock_versions(lock_entries or {})}
+        sha = (lock or {}).get("sha256")
         result = {"changed": changed, "path": self.path, "marker": marker, "lock": lock,
+                  "lock_sha256": sha if isinstance(sha, str) and len(sha) == 64 else None,
                   "steps": self.steps, "gpu": (marker or {}).get("gpu"), "msg": msg}
         result.update(extra)
         return result
@@ -205,6 +209,8 @@ class EngineEnv:
 
     def present(self, diff=False):
         t0 = self.clock()
+        if self.p.get("lock") is not None:
+            self.check_given_lock()
         uv_version = self.uv_version()
         wanted = wanted_spec(self.p, uv_version)
         if self.p.get("wheel"):
@@ -271,6 +277,37 @@ class EngineEnv:
                 diff=self._diff(before, marker) if diff else None)
         finally:
             lock.release()
+
+    def check_given_lock(self):
+        """The lock given as text (option ``lock``): every line a file pinned by its sha256, and
+        what was asked (the engine at its version, its wheel, ``expect``) in it. Pure: runs before
+        anything else, in check mode too. Returns its entries."""
+        problems = lock_text_problems(self.p["lock"])
+        if problems:
+            raise LockInvalid(
+                "the lock given for %s cannot be installed from without resolving: %s. A lock for "
+                "uv_engine_env is uv pip compile --generate-hashes output (llmfleet.engines.uv_fleet_lock "
+                "writes one). Nothing was done." % (self._label(), "; ".join(problems)), problems=problems)
+        entries = parse_lock(self.p["lock"])
+        self._check_lock(entries, "the lock given for %s" % self._label(), "Nothing was done.")
+        return entries
+
+    def _check_lock(self, entries, what, after):
+        """The engine's entry (version, wheel) and ``expect`` against a lock's entries."""
+        p = self.p
+        wheel = p.get("wheel")
+        problems = check_engine(entries, p["engine"], p["version"], dict(
+            wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
+        unmet = check_expect(entries, p.get("expect"))
+        if problems or unmet:
+            hint = ""
+            if unmet and p.get("lock") is None:
+                hint = (" If the index that should supply it publishes no upload times, "
+                        "exclude_newer drops its files: lift the cut-off for that package "
+                        "with exclude_newer_package (e.g. {torch: false}).")
+            raise LockMismatch(
+                "%s is not what was asked: %s. %s%s" % (what, "; ".join(problems + unmet), after, hint),
+                problems=problems + unmet, packages=lock_versions(entries))
 
     def _with_holder(self, busy, result):
         """Check mode with the path locked by another run: the result is what the disk shows now
@@ -353,8 +390,10 @@ class EngineEnv:
                 % (self._label(), _num(need), "; and ".join(parts)))
 
     def _predicted_marker(self, wanted):
+        given = self.p.get("lock")
         return {"format": MARKER_FORMAT, "spec": wanted,
-                "lock": {"file": LOCK_FILE_NAME, "sha256": "(known once resolved)"},
+                "lock": {"file": LOCK_FILE_NAME,
+                         "sha256": text_sha256(given) if given is not None else "(known once resolved)"},
                 "installed_at": "(at install)"}
 
     @staticmethod
@@ -412,31 +451,25 @@ class EngineEnv:
                 uv("venv", venv_argv(self.uv, p["python"], self.partial), VenvFailed,
                    "creating a Python %s environment in %s (python_preference %s)"
                    % (p["python"], self.partial, p["python_preference"]))
-            with timed("resolve"):
-                header = "llmfleet.engines.uv_engine_env: %s, as of %s" % (self._label(), p["exclude_newer"])
-                uv("resolve",
-                   compile_argv(self.uv, python_bin, lock_file, p["exclude_newer"],
-                                p.get("exclude_newer_package"), indexes, header),
-                   ResolveFailed,
-                   "resolving %s as of %s" % (", ".join(reqs), p["exclude_newer"]),
-                   data="\n".join(reqs))
-                with open(lock_file, encoding="utf-8") as handle:
-                    entries = parse_lock(handle.read())
-                wheel = p.get("wheel")
-                problems = check_engine(entries, p["engine"], p["version"], dict(
-                    wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
-                unmet = check_expect(entries, p.get("expect"))
-                if problems or unmet:
-                    hint = ""
-                    if unmet:
-                        hint = (" If the index that should supply it publishes no upload times, "
-                                "exclude_newer drops its files: lift the cut-off for that package "
-                                "with exclude_newer_package (e.g. {torch: false}).")
-                    raise LockMismatch(
-                        "the lock for %s is not what was asked: %s. Nothing was installed; the "
-                        "environment at %s is unchanged.%s"
-                        % (self._label(), "; ".join(problems + unmet), self.path, hint),
-                        problems=problems + unmet, packages=lock_versions(entries))
+            if p.get("lock") is not None:
+                with timed("lock"):
+                    # the given lock, as it is (its sha256 is the spec's lock_sha256): nothing resolved
+                    with open(lock_file, "wb") as handle:
+                        handle.write(p["lock"].encode("utf-8"))
+                    entries = parse_lock(p["lock"])
+            else:
+                with timed("resolve"):
+                    header = "llmfleet.engines.uv_engine_env: %s, as of %s" % (self._label(), p["exclude_newer"])
+                    uv("resolve",
+                       compile_argv(self.uv, python_bin, lock_file, p["exclude_newer"],
+                                    p.get("exclude_newer_package"), indexes, header),
+                       ResolveFailed,
+                       "resolving %s as of %s" % (", ".join(reqs), p["exclude_newer"]),
+                       data="\n".join(reqs))
+                    with open(lock_file, encoding="utf-8") as handle:
+                        entries = parse_lock(handle.read())
+                    self._check_lock(entries, "the lock for %s" % self._label(),
+                                     "Nothing was installed; the environment at %s is unchanged." % self.path)
             with timed("install"):
                 uv("install", install_argv(self.uv, python_bin, lock_file, indexes), InstallFailed,
                    "installing the lock of %s (%d packages) into %s" % (self._label(), len(entries), self.partial))
@@ -576,7 +609,7 @@ class EngineEnv:
         self.warnings.extend(foreign_debris_warning(target) for target in foreign)
         present = self._absent_targets()
         before = inspect_env(self.path)["marker"] if os.path.lexists(self.path) else None
-        result = {"changed": bool(present), "path": self.path, "marker": None, "lock": None,
+        result = {"changed": bool(present), "path": self.path, "marker": None, "lock": None, "lock_sha256": None,
                   "steps": self.steps, "gpu": None, "removed": present,
                   "msg": ("would remove %s" if self.check_mode else "removed %s") % ", ".join(present)
                   if present else "nothing at %s" % self.path}

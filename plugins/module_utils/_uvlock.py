@@ -9,10 +9,11 @@ parsing it, and checking it against what was asked (the engine's version and whe
 
 from __future__ import annotations
 
+import hashlib
 import re
 from urllib.parse import unquote, urlsplit
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, redact
 
 
 def normalize_name(name):
@@ -205,4 +206,110 @@ def check_engine(packages, engine, version, wheel=None):
                 "the lock pins %s for %s but the wheel's published sha256 is %s: the file "
                 "downloaded is not the one published" % (", ".join(entry["hashes"]), entry["name"], sha)
             )
+    return problems
+
+
+# -- a lock given as text (the fleet's lock, compiled elsewhere) -----------------------------------
+
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*"
+    r"==\s*(?P<version>[A-Za-z0-9!+._-]+)\s*(?:;.*)?$")
+_DIRECT = re.compile(r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")
+_HASH = re.compile(r"^--hash[= ](?P<value>\S+)$")
+_SHA256 = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
+_VCS = ("git+", "hg+", "svn+", "bzr+")
+
+
+def text_sha256(text):
+    """The sha256 of a lock's text as the file written from it holds it (UTF-8)."""
+    return hashlib.sha256((text or "").encode("utf-8")).hexdigest()
+
+
+def _logical_lines(text):
+    """``(first line number, text)`` of each requirement line, continuations (``\\``) joined and
+    comments dropped (a ``#`` at the start or after white space: not a URL's ``#sha256=``)."""
+    found = []
+    buf, start = None, None
+    for number, raw in enumerate((text or "").splitlines(), 1):
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()
+        if buf is None:
+            buf, start = line, number
+        else:
+            buf = (buf + " " + line).strip()
+        if buf.endswith("\\"):
+            buf = buf[:-1].rstrip()
+            continue
+        if buf:
+            found.append((start, buf))
+        buf = None
+    if buf:
+        found.append((start, buf))
+    return found
+
+
+def lock_text_problems(text):
+    """What makes a lock given as text unfit to install from with ``--require-hashes
+    --no-deps``: each problem names its line (``line N: <text>: why``). Empty when every
+    requirement is pinned (``==``, or a wheel's http(s) URL) with at least one
+    ``--hash=sha256:``, and there is no option line (``-e``, ``-r``, ``--index-url``, ...)."""
+    problems = []
+    count = 0
+    for number, line in _logical_lines(text):
+        clean = redact(line)
+        shown = "line %d: %s" % (number, clean if len(clean) <= 120 else clean[:117] + "...")
+        if line.startswith("-"):
+            flag = line.split()[0].split("=", 1)[0]
+            if flag in ("-e", "--editable"):
+                problems.append("%s: an editable requirement (-e) is not a locked file" % shown)
+            else:
+                problems.append("%s: option lines (%s) are not accepted in a lock; give indexes with "
+                                "index_url and extra_index_url" % (shown, flag))
+            continue
+        count += 1
+        req, _sep, rest = line.partition(" --")
+        shown = "line %d: %s" % (number, redact(req.strip()))
+        options = ("--" + rest).split() if _sep else []
+        hashes, unknown = [], []
+        index = 0
+        while index < len(options):
+            opt = options[index]
+            if opt == "--hash" and index + 1 < len(options):
+                opt = "--hash=" + options[index + 1]
+                index += 1
+            found = _HASH.match(opt)
+            if found:
+                hashes.append(found.group("value"))
+            else:
+                unknown.append(opt)
+            index += 1
+        req = req.strip()
+        direct = _DIRECT.match(req)
+        if direct:
+            url = direct.group("url")
+            if url.startswith(_VCS):
+                problems.append("%s: a VCS requirement (%s) is not a locked file" % (shown, url.split(":", 1)[0]))
+                continue
+            if url.lower().startswith("file:"):
+                problems.append("%s: a local file (file:) is not in every node's reach; serve it from an index "
+                                "or an http(s) URL" % shown)
+                continue
+            if not url.lower().startswith(("http://", "https://")):
+                problems.append("%s: %s is not an http(s) URL" % (shown, url))
+                continue
+            if re.match(r"^[a-z][a-z0-9+.-]*://[^/?#\s]*@", url, re.IGNORECASE):
+                problems.append("line %d: a URL with credentials in it: give them with an index on that host "
+                                "(index_url, extra_index_url), never in the lock" % number)
+                continue
+        elif not _PIN.match(req):
+            problems.append("%s: not pinned to one version with ==" % shown)
+            continue
+        elif "*" in req.split("==", 1)[1].split(";", 1)[0]:
+            problems.append("%s: not pinned to one version with ==" % shown)
+            continue
+        if unknown:
+            problems.append("%s: options other than --hash (%s) are not accepted" % (shown, " ".join(unknown)))
+        elif not any(_SHA256.match(value) for value in hashes):
+            problems.append("%s: no --hash=sha256: (every file must be pinned by its sha256)" % shown)
+    if not count and not problems:
+        problems.append("it holds no requirement")
     return problems

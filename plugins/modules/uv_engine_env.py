@@ -21,6 +21,10 @@ description:
     compiling for an hour.
   - The engine comes from the index (C(<engine>==<version>)) or from a wheel URL pinned by its sha256 (O(wheel)),
     for example a GitHub release asset.
+  - With O(lock), nothing is resolved on the node. The lock is given as text, for example the fleet's lock that
+    C(llmfleet.engines.uv_fleet_lock) compiled once on the controller. It is checked like a compiled lock, written
+    as the environment's lock file, and installed with C(--require-hashes --no-deps --no-build). Only its hashes
+    decide what is installed, so any mirror can serve the files.
   - The new environment must import the engine at the wanted version (or pass O(verify_command)) and, when
     O(gpu_check) is set and the node has an NVIDIA driver, compute on the GPU, before it is switched in.
   - A marker C(.llmfleet-engine.json) in the environment records the spec it was built for and the lock's sha256.
@@ -126,10 +130,29 @@ options:
     description: How uv chooses between indexes (C(--index-strategy)). Default is uv's, V(first-index).
     type: str
     choices: [first-index, unsafe-first-match, unsafe-best-match]
+  lock:
+    description:
+      - The text of a lock to install from instead of resolving, in C(uv pip compile --generate-hashes) requirements
+        format. For example the content of the lock file C(llmfleet.engines.uv_fleet_lock) writes,
+        or of another node's C(llmfleet-requirements.txt).
+      - Every requirement must be pinned (C(==), or a wheel's http or https URL) with at least one C(--hash=sha256:).
+        A lock with an unpinned or unhashed line, an editable (C(-e)), VCS (C(git+)) or C(file:) requirement, an
+        option line (C(-r), C(--index-url), ...) or a URL with credentials fails the task, naming the line, before
+        anything runs (in check mode too).
+      - The engine must be in it at O(version) (from O(wheel) when given), and O(expect) must hold, as for a
+        compiled lock.
+      - It is written as the environment's lock file and installed with C(uv pip install --require-hashes --no-deps
+        --no-build), with the index options, so that uv fetches the files from any index or mirror. Nothing is
+        resolved; O(exclude_newer) is not needed.
+      - The spec then holds the lock's sha256 (C(lock_sha256)) instead of O(requirements), the index options,
+        O(exclude_newer) and O(exclude_newer_package), which decide nothing without a resolution. Another lock builds
+        the environment again; the same lock is up to date, whichever mirror serves it.
+    type: str
   exclude_newer:
     description:
       - Resolve as the indexes stood at this time (RFC 3339, for example V(2025-10-03T20:10:00Z)), usually the
-        engine's publication plus a day. Required with O(state=present).
+        engine's publication plus a day. Required with O(state=present), unless O(lock) is given (then it is not
+        used).
       - Files whose index gives no upload time are left out too; see O(exclude_newer_package).
     type: str
   exclude_newer_package:
@@ -234,6 +257,8 @@ notes:
   - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
     O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
     version; a change to any of them builds the environment again. URLs are recorded without their credentials.
+    With O(lock), it holds C(lock_sha256) instead of O(requirements), the indexes, O(index_strategy),
+    O(exclude_newer) and O(exclude_newer_package).
   - uv runs with C(UV_NO_CONFIG=1) and none of the node's C(UV_*) variables but those that only tune the network
     (C(UV_HTTP_TIMEOUT), C(UV_REQUEST_TIMEOUT), C(UV_HTTP_CONNECT_TIMEOUT), C(UV_HTTP_RETRIES), C(UV_NATIVE_TLS),
     C(UV_SYSTEM_CERTS), C(UV_CONCURRENT_DOWNLOADS), C(UV_CONCURRENT_INSTALLS)); proxies and C(SSL_CERT_FILE) are
@@ -276,6 +301,15 @@ EXAMPLES = r"""
     exclude_newer_package:
       torch: false
 
+- name: Install from the fleet's lock, compiled once on the controller; nothing is resolved on the node
+  llmfleet.engines.uv_engine_env:
+    path: /opt/llmfleet/engines/vllm/0.20.0-cu130
+    engine: vllm
+    version: "0.20.0"
+    build: cu130
+    lock: "{{ lookup('ansible.builtin.file', 'locks/vllm-0.20.0-cu130-x86_64-py312.txt') }}"
+    index_url: https://mirror.example.internal/pypi/simple
+
 - name: Remove an old environment
   llmfleet.engines.uv_engine_env:
     path: /opt/llmfleet/engines/vllm/0.11.0-cu128
@@ -294,6 +328,13 @@ marker:
       C(installed_at), C(verified), C(gpu).
   returned: always
   type: dict
+lock_sha256:
+  description:
+    - The sha256 of the environment's lock file (the marker's C(lock.sha256)); with O(lock), the sha256 of the
+      text given. In check mode, the one of the environment found. Null when there is none.
+  returned: always
+  type: str
+  sample: 9f2c1b0d8e7a6f5e4d3c2b1a09f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a190
 lock:
   description: The lock file kept in the environment; null when there is none.
   returned: always
@@ -309,7 +350,9 @@ lock:
       description: Every locked package, name to version.
       type: dict
 steps:
-  description: The steps run, each C({name, seconds}) (check, prepare, venv, resolve, install, verify, gpu, marker, switch).
+  description:
+    - The steps run, each C({name, seconds}) (check, prepare, venv, resolve, install, verify, gpu, marker, switch).
+    - With O(lock), C(lock) (the given lock written into the environment) instead of C(resolve).
   returned: always
   type: list
   elements: dict
@@ -406,6 +449,7 @@ def argument_spec():
         index_url=dict(type="str"),
         extra_index_url=dict(type="list", elements="str", default=[]),
         index_strategy=dict(type="str", choices=["first-index", "unsafe-first-match", "unsafe-best-match"]),
+        lock=dict(type="str"),
         exclude_newer=dict(type="str"),
         exclude_newer_package=dict(type="dict"),
         python=dict(type="str", default="3.12"),
@@ -431,10 +475,13 @@ def argument_spec():
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
-        required_if=[("state", "present", ("engine", "version", "exclude_newer"))],
+        required_if=[("state", "present", ("engine", "version"))],
         supports_check_mode=True,
     )
     params = module.params
+    if params["state"] == "present" and params["lock"] is None and not params["exclude_newer"]:
+        module.fail_json(msg="state is present but all of the following are missing: exclude_newer "
+                             "(it is needed unless lock is given)")
     try:
         params["gpu_check"] = gpu_check_mode(params["gpu_check"])
     except UvEnvError as exc:

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
 from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
 from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
-from tests.unit.plugins.module_utils.test_uvenv import PARAMS, flow, uv_bin  # noqa: F401 - fixture
+from tests.unit.plugins.module_utils.test_uvenv import PARAMS, flow, uv_bin  # noqa: F401  # pylint: disable=unused-import
 from tests.unit.plugins.module_utils.uvenv_fakes import (
     INDEX, LOCK_0110, LOCK_0200_CU129, LOCK_0200_FALLBACK, WHEEL_SHA, WHEEL_URL, FakeUv)
 
@@ -41,7 +41,7 @@ def test_a_given_lock_is_installed_without_resolving(tmp_path, uv_bin):  # noqa:
     assert argv[1:3] == ["pip", "install"]
     for flag in ("--require-hashes", "--no-deps", "--no-build"):
         assert flag in argv
-    assert argv[argv.index("-r") + 1] == str(env_dir(tmp_path) / "llmfleet-requirements.txt" ).replace(
+    assert argv[argv.index("-r") + 1] == str(env_dir(tmp_path) / "llmfleet-requirements.txt").replace(
         "0.11.0/", "0.11.0.partial/")
     assert argv[argv.index("--default-index") + 1] == INDEX
     sha = _uvlock.text_sha256(LOCK_0110)

@@ -339,3 +339,38 @@ def resolve_command(argv, env_dir):
         if os.path.exists(candidate):
             argv[0] = candidate
     return argv
+
+
+# -- the controller's compile, for a group of nodes (uv_fleet_lock) ------------------------------
+
+
+def fleet_environ(cache_dir=None, credentials=None):
+    """The environment of the controller's ``uv pip compile``: no config files, no Python download
+    (``--python-version`` and ``--python-platform`` describe the nodes; no interpreter of theirs
+    is needed, and nothing is built), the indexes' credentials (``index_credentials``)."""
+    env = {"UV_NO_CONFIG": "1", "NO_COLOR": "1", "UV_PYTHON_DOWNLOADS": "never",
+           "UV_PYTHON_PREFERENCE": "only-system"}
+    if cache_dir:
+        env["UV_CACHE_DIR"] = cache_dir
+    env.update(credentials or {})
+    return env
+
+
+def fleet_compile_argv(uv, output, exclude_newer, python_version, python_platform, per_package=None,
+                       indexes=(), header=None, pylock=False, src="-"):
+    """``uv pip compile`` for nodes described by ``python_version`` and ``python_platform``, not for
+    this machine: no ``--python``. ``pylock``: PEP 751 format (``output`` must be named
+    ``pylock.toml`` or ``pylock.<name>.toml``)."""
+    argv = [uv, "pip", "compile", "--generate-hashes", "--no-build"]
+    if not pylock:
+        argv += ["--emit-index-annotation"]
+    argv += ["--exclude-newer", exclude_newer]
+    argv += exclude_newer_package_args(per_package)
+    argv += list(indexes)
+    argv += ["--python-version", python_version, "--python-platform", python_platform]
+    if header:
+        argv += ["--custom-compile-command", header]
+    if pylock:
+        argv += ["--format", "pylock.toml"]
+    argv += ["--output-file", output, src]
+    return argv

@@ -22,7 +22,7 @@ description:
   - The engine comes from the index (C(<engine>==<version>)) or from a wheel URL pinned by its sha256 (O(wheel)),
     for example a GitHub release asset.
   - With O(lock), nothing is resolved on the node. The lock is given as text, for example the fleet's lock that
-    C(llmfleet.engines.uv_fleet_lock) compiled once on the controller. It is checked like a compiled lock, written
+    M(llmfleet.engines.uv_fleet_lock) compiled once on the controller. It is checked like a compiled lock, written
     as the environment's lock file, and installed with C(--require-hashes --no-deps --no-build). Only its hashes
     decide what is installed, so any mirror can serve the files.
   - The new environment must import the engine at the wanted version (or pass O(verify_command)) and, when
@@ -133,7 +133,7 @@ options:
   lock:
     description:
       - The text of a lock to install from instead of resolving, in C(uv pip compile --generate-hashes) requirements
-        format. For example the content of the lock file C(llmfleet.engines.uv_fleet_lock) writes,
+        format. For example the content of the lock file M(llmfleet.engines.uv_fleet_lock) writes,
         or of another node's C(llmfleet-requirements.txt).
       - Every requirement must be pinned (C(==), or a wheel's http or https URL) with at least one C(--hash=sha256:).
         A lock with an unpinned or unhashed line, an editable (C(-e)), VCS (C(git+)) or C(file:) requirement, an

@@ -1,0 +1,282 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The flow behind ``uv_fleet_lock``: the lock of a group of nodes, compiled once on the controller.
+
+    uv --version
+    <dest>.json says the same inputs, <dest> (and the pylock) unchanged   -> nothing to do
+    uv pip compile --generate-hashes --no-build --exclude-newer ... --python-version X.Y
+        --python-platform TRIPLE [indexes] -> <dest>.tmp.<pid>
+    the lock checked: every line pinned and hashed, the engine at its version, ``expect``
+    uv pip compile ... --format pylock.toml <the checked lock> -> pylock.<name>.toml (same pins)
+    renamed into place; <dest>.json written last (the inputs, the sha256s)
+
+The same requirement lines as a node's own resolution (``_uvcmd.requirement_lines``), the same
+index options and credentials handling (credentials reach uv through its environment only), the
+same checks as a lock given to ``uv_engine_env`` (``_uvlock``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+    InstallTimeout, LockInvalid, LockMismatch, OptionError, ResolveFailed, UvUnusable)
+from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
+    check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
+    index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, redact, requirement_lines,
+    strip_userinfo)
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
+    check_engine, check_expect, lock_text_problems, lock_versions, parse_lock, text_sha256)
+
+STATE_FORMAT = 1
+_PYTHON_VERSION = re.compile(r"^3\.[0-9]+(?:\.[0-9]+)?$")
+_PLATFORM = re.compile(r"^[a-z0-9_]+(?:-[a-z0-9_.]+)*$")
+
+
+def pylock_path(dest):
+    """``locks/vllm-0.20.0-x86_64.txt`` -> ``locks/pylock.vllm-0_20_0-x86_64.toml``: PEP 751 (and
+    uv) take only ``pylock.toml`` or ``pylock.<name>.toml`` with no dot in the name."""
+    stem = os.path.basename(dest)
+    if stem.endswith(".txt"):
+        stem = stem[:-4]
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", stem) or "lock"
+    return os.path.join(os.path.dirname(dest), "pylock.%s.toml" % name)
+
+
+def _sha256_of_file(path):
+    try:
+        with open(path, "rb") as handle:
+            return text_sha256(handle.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
+class FleetLock:
+    """The lock at ``params['dest']``; ``run`` is a command runner (``_proc.Runner()`` or a fake)."""
+
+    def __init__(self, params, run, uv_bin, check_mode=False, clock=time.monotonic):
+        self.p = params
+        self.run = run
+        self.uv = uv_bin
+        self.check_mode = check_mode
+        self.clock = clock
+        self.dest = os.path.abspath(params["dest"])
+        self.state_path = self.dest + ".json"
+        self.pylock = pylock_path(self.dest) if params.get("pylock") else None
+        self.secrets = param_secrets(params)
+        self.cmd = None
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def label(self):
+        p = self.p
+        return "%s %s for %s, Python %s" % (p["engine"], p["version"], p["python_platform"], p["python_version"])
+
+    def validate(self):
+        p = self.p
+        if not _PYTHON_VERSION.match(p["python_version"] or ""):
+            raise OptionError("python_version must be the nodes' Python as X.Y (for example 3.12), got %r"
+                              % p["python_version"])
+        if not _PLATFORM.match(p["python_platform"] or ""):
+            raise OptionError("python_platform must be one of uv's target triples (for example "
+                              "x86_64-manylinux_2_28 or aarch64-manylinux_2_28), got %r" % p["python_platform"])
+        if os.path.isdir(self.dest):
+            raise OptionError("dest %s is a directory; give the lock file's path (for example %s)"
+                              % (self.dest, os.path.join(self.dest, "vllm.txt")))
+        exclude_newer_package_args(p.get("exclude_newer_package"))
+        if p.get("wheel"):
+            normalize_sha256(p["wheel"]["sha256"])
+            check_wheel_credentials(p["wheel"]["url"], p.get("index_url"), p.get("extra_index_url"))
+
+    def env(self):
+        credentials = index_credentials(self.p.get("index_url"), self.p.get("extra_index_url"))
+        return fleet_environ(self.p.get("cache_dir"), credentials)
+
+    def uv_version(self):
+        result = self.run([self.uv, "--version"], env=self.env(), timeout=60)
+        version = parse_uv_version(result.out)
+        if result.rc != 0 or version is None:
+            raise UvUnusable("%s --version did not answer like uv (rc %s): %s; set the uv option to the uv binary"
+                             % (self.uv, result.rc, tail(result.output) or "no output"))
+        return version
+
+    def inputs(self, uv_version):
+        """What decides the lock, recorded in ``<dest>.json``: URLs without credentials."""
+        p = self.p
+        wheel = p.get("wheel")
+        return {
+            "engine": p["engine"],
+            "version": p["version"],
+            "requirements": [r.strip() for r in p.get("requirements") or [] if r and r.strip()],
+            "wheel": ({"url": strip_userinfo(wheel["url"].split("#", 1)[0]), "sha256": normalize_sha256(wheel["sha256"])}
+                      if wheel else None),
+            "index_url": strip_userinfo(p.get("index_url")),
+            "extra_index_url": [strip_userinfo(u) for u in p.get("extra_index_url") or []],
+            "index_strategy": p.get("index_strategy"),
+            "exclude_newer": p["exclude_newer"],
+            "exclude_newer_package": {
+                k: (False if v is False or str(v).lower() == "false" else str(v))
+                for k, v in sorted((p.get("exclude_newer_package") or {}).items())},
+            "python_version": p["python_version"],
+            "python_platform": p["python_platform"],
+            "pylock": bool(p.get("pylock")),
+            "uv": uv_version,
+        }
+
+    def recorded(self):
+        try:
+            with open(self.state_path, encoding="utf-8") as handle:
+                state = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def reasons(self, wanted, state):
+        """Why the lock must be compiled; empty when ``dest`` is what these inputs compiled."""
+        if self.p.get("force"):
+            return ["force is set"]
+        if not os.path.isfile(self.dest):
+            return ["no lock at %s" % self.dest]
+        if state is None:
+            return ["%s records no inputs" % self.state_path]
+        if state.get("inputs") != wanted:
+            old = state.get("inputs") or {}
+            changed = sorted(k for k in set(old) | set(wanted) if old.get(k) != wanted.get(k))
+            return ["the inputs changed: %s" % ", ".join(changed)]
+        if _sha256_of_file(self.dest) != state.get("lock_sha256"):
+            return ["%s was changed since it was compiled" % self.dest]
+        if self.pylock and _sha256_of_file(self.pylock) != state.get("pylock_sha256"):
+            return ["%s is missing or was changed since it was compiled" % self.pylock]
+        return []
+
+    def check(self, text, after):
+        """The checks of a lock given to uv_engine_env: lines, engine (version, wheel), expect."""
+        problems = lock_text_problems(text)
+        if problems:
+            raise LockInvalid("the lock compiled for %s cannot be installed from without resolving: %s. %s"
+                              % (self.label(), "; ".join(problems), after), problems=problems)
+        entries = parse_lock(text)
+        wheel = self.p.get("wheel")
+        problems = check_engine(entries, self.p["engine"], self.p["version"], dict(
+            wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
+        problems += check_expect(entries, self.p.get("expect"))
+        if problems:
+            raise LockMismatch("the lock compiled for %s is not what was asked: %s. %s"
+                               % (self.label(), "; ".join(problems), after),
+                               problems=problems, packages=lock_versions(entries))
+        return entries
+
+    def _argv(self, output, pylock=False, src="-"):
+        p = self.p
+        header = "llmfleet.engines.uv_fleet_lock: %s, as of %s" % (self.label(), p["exclude_newer"])
+        return fleet_compile_argv(
+            self.uv, output, p["exclude_newer"], p["python_version"], p["python_platform"],
+            p.get("exclude_newer_package"), index_args(p.get("index_url"), p.get("extra_index_url"),
+                                                       p.get("index_strategy")), header, pylock, src)
+
+    def _compile(self, argv, data, deadline, what):
+        left = deadline - self.clock()
+        if left <= 0:
+            raise InstallTimeout("compiling the lock for %s did not finish within timeout (%s s)"
+                                 % (self.label(), self.p["timeout"]))
+        res = self.run(argv, data=data, env=self.env(), timeout=left)
+        output = redact(tail(res.output), self.secrets)
+        if res.timed_out:
+            raise InstallTimeout("%s did not finish within timeout (%s s)" % (what, self.p["timeout"]),
+                                 uv_output=output, cmd=redact(argv, self.secrets))
+        if res.rc != 0:
+            found = no_wheel(res.output)
+            hint = ""
+            if found:
+                hint = (" %s has no wheel for %s (Python %s), and nothing is built from source (--no-build): "
+                        "choose a build or a platform that has one."
+                        % (found[0], self.p["python_platform"], self.p["python_version"]))
+            raise ResolveFailed("%s failed (uv exit %s): %s.%s Nothing was written to %s."
+                                % (what, res.rc, output, hint, self.dest),
+                                uv_output=output, cmd=redact(argv, self.secrets))
+        return res
+
+    # -- the flow ----------------------------------------------------------------------------
+
+    def present(self):
+        self.validate()
+        wanted = self.inputs(self.uv_version())
+        state = self.recorded()
+        reasons = self.reasons(wanted, state)
+        reqs = requirement_lines(self.p["engine"], self.p["version"], self.p.get("requirements"), self.p.get("wheel"))
+        self.cmd = redact(self._argv(self.dest + ".tmp"), self.secrets)
+        if not reasons:
+            with open(self.dest, encoding="utf-8") as handle:
+                text = handle.read()
+            entries = self.check(text, "It is up to date with the inputs; set force: true to compile it again.")
+            return self._result(False, state["lock_sha256"], entries, "the lock for %s at %s is up to date"
+                                % (self.label(), self.dest), cmd=None)
+        if self.check_mode:
+            entries = {}
+            sha = None
+            if os.path.isfile(self.dest):
+                with open(self.dest, encoding="utf-8") as handle:
+                    entries = parse_lock(handle.read())
+                sha = _sha256_of_file(self.dest)
+            return self._result(True, sha, entries, "would compile the lock for %s at %s: %s"
+                                % (self.label(), self.dest, "; ".join(reasons)), reasons=reasons)
+        return self._build(wanted, reqs, reasons)
+
+    def _build(self, wanted, reqs, reasons):
+        deadline = self.clock() + self.p["timeout"]
+        directory = os.path.dirname(self.dest)
+        os.makedirs(directory, exist_ok=True)
+        tmp = "%s.tmp.%d" % (self.dest, os.getpid())
+        tmpdir = None
+        try:
+            argv = self._argv(tmp)
+            self._compile(argv, "\n".join(reqs), deadline, "resolving %s for %s as of %s" % (
+                ", ".join(reqs), self.p["python_platform"], self.p["exclude_newer"]))
+            with open(tmp, encoding="utf-8") as handle:
+                text = handle.read()
+            entries = self.check(text, "Nothing was written to %s." % self.dest)
+            pylock_sha = None
+            if self.pylock:
+                tmpdir = tempfile.mkdtemp(prefix=".pylock.", dir=directory)
+                out = os.path.join(tmpdir, "pylock.toml")
+                # from the checked lock: the same pins, in PEP 751 form
+                self._compile(self._argv(out, pylock=True, src=tmp), None, deadline,
+                              "writing the lock for %s as pylock.toml" % self.label())
+                os.chmod(out, 0o644)
+                pylock_sha = _sha256_of_file(out)
+                os.replace(out, self.pylock)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, self.dest)
+            lock_sha = text_sha256(text)
+            state = {"format": STATE_FORMAT, "inputs": wanted, "lock_sha256": lock_sha,
+                     "pylock_sha256": pylock_sha, "packages": lock_versions(entries),
+                     "compiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            state_tmp = "%s.tmp.%d" % (self.state_path, os.getpid())
+            with open(state_tmp, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
+            os.replace(state_tmp, self.state_path)
+        finally:
+            for leftover in (tmp,):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+            if tmpdir:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        self.cmd = redact(argv, self.secrets)
+        return self._result(True, lock_sha, entries, "compiled the lock for %s at %s: %s"
+                            % (self.label(), self.dest, "; ".join(reasons)), reasons=reasons)
+
+    def _result(self, changed, sha, entries, msg, cmd=False, **extra):
+        result = {"changed": changed, "path": self.dest, "lock_sha256": sha,
+                  "packages": lock_versions(entries or {}), "pylock_path": self.pylock,
+                  "cmd": self.cmd if cmd is False else cmd, "msg": msg}
+        result.update(extra)
+        return result

@@ -25,6 +25,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     InvalidJsonError,
     NotFoundError,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils import _pep440
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 
 # The one place the public index is named: every other URL comes from the caller.
@@ -66,35 +67,7 @@ def normalize_name(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-_VERSION_RE = re.compile(
-    r"""^\s*v?
-    (?:(?P<epoch>[0-9]+)!)?
-    (?P<release>[0-9]+(?:\.[0-9]+)*)
-    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
-    (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
-    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.VERBOSE | re.IGNORECASE,
-)
-_PRE = {"alpha": "a", "a": "a", "beta": "b", "b": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
-
-
-def _parse_version(text):
-    match = _VERSION_RE.match(text or "")
-    if not match:
-        return None
-    g = match.groupdict()
-    release = tuple(int(p) for p in g["release"].split("."))
-    pre = None
-    if g["pre_l"]:
-        pre = (_PRE[g["pre_l"].lower()], int(g["pre_n"] or 0))
-    post = None
-    if g["post_n1"] is not None or g["post_l"]:
-        post = int(g["post_n1"] or g["post_n2"] or 0)
-    dev = int(g["dev_n"] or 0) if g["dev_l"] else None
-    local = re.sub(r"[-_]", ".", g["local"].lower()) if g["local"] else None
-    return int(g["epoch"] or 0), release, pre, post, dev, local
+_parse_version = _pep440.parts
 
 
 def canonical_version(text):

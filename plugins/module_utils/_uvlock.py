@@ -13,6 +13,7 @@ import hashlib
 import re
 from urllib.parse import unquote, urlsplit
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _pep440
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, redact
 
 
@@ -38,22 +39,6 @@ def local_label(version):
     return version.split("+", 1)[1] if version and "+" in version else None
 
 
-# PEP 440 (as ``packaging`` reads it, spellings it normalises included): epoch, release,
-# pre-, post- and dev-release, local label. Managed nodes have no ``packaging`` to import.
-_VERSION_RE = re.compile(
-    r"""^\s*v?
-    (?:(?P<epoch>[0-9]+)!)?
-    (?P<release>[0-9]+(?:\.[0-9]+)*)
-    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>[0-9]+)?)?
-    (?:-(?P<post_n1>[0-9]+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>[0-9]+)?)?
-    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>[0-9]+)?)?
-    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    \s*$""",
-    re.VERBOSE | re.IGNORECASE,
-)
-_PRE_LABELS = {"alpha": "a", "a": "a", "beta": "b", "b": "b", "c": "rc", "pre": "rc", "preview": "rc", "rc": "rc"}
-
-
 def parse_version(text):
     """``(public, local)`` of a PEP 440 version, normalised for comparison; None if it is not one.
 
@@ -61,24 +46,17 @@ def parse_version(text):
     are one version; ``1.0rc1``, ``1.0-RC.1`` and ``1.0c1`` too); local: a tuple of its segments
     (numbers as numbers, ``-``/``_``/``.`` alike, lower case), or None without a label.
     """
-    found = _VERSION_RE.match(text or "")
-    if not found:
+    parsed = _pep440.parts(text)
+    if parsed is None:
         return None
-    release = [int(part) for part in found.group("release").split(".")]
+    epoch, release, pre, post, dev, label = parsed
+    release = list(release)
     while len(release) > 1 and release[-1] == 0:
         release.pop()
-    pre = None
-    if found.group("pre_l"):
-        pre = (_PRE_LABELS[found.group("pre_l").lower()], int(found.group("pre_n") or 0))
-    post = None
-    if found.group("post_n1") is not None or found.group("post_l"):
-        post = int(found.group("post_n1") or found.group("post_n2") or 0)
-    dev = int(found.group("dev_n") or 0) if found.group("dev_l") else None
     local = None
-    if found.group("local"):
-        local = tuple(int(seg) if seg.isdigit() else seg.lower()
-                      for seg in re.split(r"[-_.]", found.group("local")))
-    return (int(found.group("epoch") or 0), tuple(release), pre, post, dev), local
+    if label:
+        local = tuple(int(seg) if seg.isdigit() else seg for seg in label.split("."))
+    return (epoch, tuple(release), pre, post, dev), local
 
 
 def versions_match(got, wanted, exact_local=False):

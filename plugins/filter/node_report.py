@@ -144,6 +144,55 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     return errors
 
 
+# The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
+# it can run.
+_MANYLINUX_MIN = (2, 17)
+_MANYLINUX_MAX = (2, 40)
+
+
+def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_url, torch_index_url,
+                          exclude_newer_package=None, lock_python=""):
+    """What ``uv_fleet_lock`` compiles for this node's group (a dict that is the same for every node
+    of the group), ``{"error": text}`` when the group cannot be told, or None without a fleet lock
+    directory or before the look-ups answered."""
+    if not lock_dir:
+        return None
+    job = _dict(job, "engine_node_lock_item: the input (the job)")
+    facts = _dict(facts, "engine_node_lock_item: facts")
+    release = _dict(release, "engine_node_lock_item: release")
+    asset = _dict(asset, "engine_node_lock_item: asset")
+    source = _dict(job.get("source"), "engine_node_lock_item: the job's source")
+    github = source.get("origin") == "github"
+    if "exclude_newer" not in release or (github and "sha256" not in asset):
+        return None
+    version = _text(lock_python) or _text(python)
+    if not re.match(r"^3[.][0-9]+$", version):
+        return {"error": "engine_node_fleet_lock_dir is set, so the controller compiles this node's lock, and it needs"
+                         " the node's Python version: engine_node_python is %s; set it to a version such as \"3.12\","
+                         " or set engine_node_fleet_lock_python" % _json(python)}
+    glibc = re.match(r"^([0-9]+)[.]([0-9]+)", _text(facts.get("glibc")))
+    if not glibc:
+        return {"error": "engine_node_fleet_lock_dir is set, but this node's glibc is unknown (%s), so no manylinux lock"
+                         " fits it" % _json(facts.get("glibc"))}
+    level = min(max((int(glibc.group(1)), int(glibc.group(2))), _MANYLINUX_MIN), _MANYLINUX_MAX)
+    platform = "%s-manylinux_%d_%d" % (_text(job.get("arch")), level[0], level[1])
+    name = "vllm-%s-%s-%s-py%s" % (_text(job.get("version")), _text(job.get("build")), platform, version)
+    return {
+        "name": name,
+        "dest": "%s/%s.txt" % (_text(lock_dir).rstrip("/"), name),
+        "version": _text(job.get("version")),
+        "wheel": {"url": asset.get("url"), "sha256": asset.get("sha256")} if github else None,
+        "expect": {"torch": source.get("torch_label")} if github else None,
+        "index_url": _text(index_url),
+        "extra_index_url": ["%s/%s" % (_text(torch_index_url), source.get("torch_index"))] if github else [],
+        "index_strategy": "unsafe-best-match" if github else None,
+        "exclude_newer": release["exclude_newer"],
+        "exclude_newer_package": exclude_newer_package if github else None,
+        "python_version": version,
+        "python_platform": platform,
+    }
+
+
 def engine_node_attempt_why(plan, attempt=1, previous_job=None, previous_failure=None):
     """Why this attempt installs the build it does: the plan's reason, and on auto's second attempt why
     the first build was left."""
@@ -215,5 +264,6 @@ class FilterModule:
             "engine_node_error": engine_node_error,
             "engine_node_lookup_errors": engine_node_lookup_errors,
             "engine_node_attempt_why": engine_node_attempt_why,
+            "engine_node_lock_item": engine_node_lock_item,
             "engine_node_problems": engine_node_problems,
         }

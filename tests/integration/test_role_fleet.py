@@ -770,3 +770,41 @@ def test_lock_check_refuses_pypis_torch_for_a_github_build(upstream, uv_index, t
     # the resolution ran (torch's files were listed), no torch was downloaded to install
     paths = [r["path"] for r in upstream.log() if not r["path"].endswith(".metadata")]
     assert "/torch/cu129/torch/" in paths and not any(p.startswith(("/files/torch", "/torch/files/")) for p in paths)
+
+
+def test_the_fleet_lock_is_compiled_once_per_group_and_installed_as_is(upstream, uv_index, tmp_path):
+    """engine_node_fleet_lock_dir: the controller compiles one lock per group (two H100 nodes make
+    one group, the A100's GitHub build another), the nodes install exactly that lock (their
+    markers' spec records its sha256: a lock given to uv_engine_env, not one they resolved), and the
+    sha256 is the same in each node's result in the play's stats."""
+    python = subprocess.run([system_python(), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    nodes = {"h100": NODES["h100"], "h100b": NODES["h100"], "a100": NODES["a100"]}
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    locks = tmp_path / "locks"
+    extra = {"engine_node_fleet_lock_dir": str(locks), "engine_node_fleet_lock_python": python}
+    run = fleet.play("site.yml", extra=extra)
+    assert run.rc == 0, run
+    assert (fleet.current("h100"), fleet.current("h100b"), fleet.current("a100")) == (
+        "0.20.0-cu13", "0.20.0-cu13", "0.20.0-cu129")
+    plat = "%s-manylinux_2_" % ARCH
+    files = sorted(p.name for p in locks.glob("*.txt"))
+    assert len(files) == 2 and files[0].startswith("vllm-0.20.0-cu129-" + plat), files
+    assert files[1].startswith("vllm-0.20.0-cu13-" + plat) and files[1].endswith("-py%s.txt" % python), files
+    stats = run.stats()["engine_node"]
+    for name, lock in (("h100", files[1]), ("h100b", files[1]), ("a100", files[0])):
+        text = (locks / lock).read_bytes()
+        sha = hashlib.sha256(text).hexdigest()
+        env = fleet.current(name)
+        assert fleet.marker(name, env)["spec"]["lock_sha256"] == sha, name
+        assert (fleet.roots[name] / "engines" / "vllm" / env / "llmfleet-requirements.txt").read_bytes() == text
+        assert stats[name]["fleet_lock"] == {"path": str(locks / lock), "sha256": sha}, stats[name]
+    # compiled once per group: the controller's loop had two items
+    compiled = run.out.split("Compile each group's lock on the controller")[1].split("TASK [")[0]
+    assert len(re.findall(r"^ok: \[h100 -> localhost\] => \(item=", compiled, re.M)) + len(
+        re.findall(r"^changed: \[h100 -> localhost\] => \(item=", compiled, re.M)) == 2, compiled
+
+    # --- the re-run changes nothing ----------------------------------------------------------------
+    run = fleet.play("site.yml", extra=extra)
+    assert run.rc == 0, run
+    assert all(counts["changed"] == 0 for counts in run.recap().values()), run

@@ -38,8 +38,8 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_lookup_errors",
-                               "engine_node_problems", "engine_node_summary"]
+    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_lock_item",
+                               "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary"]
     for name in FILTERS:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
         assert doc["DOCUMENTATION"]["name"] == name
@@ -284,3 +284,52 @@ def test_problems_needs_every_checked_value():
     with pytest.raises(AnsibleFilterError,
                        match="engine_node_problems: values lacks engine_node_python_preference, engine_node_keep"):
         FILTERS["engine_node_problems"](OPTIONS, values)
+
+
+# --- engine_node_lock_item --------------------------------------------------------------------
+
+PYPI_JOB = {"version": "0.20.0", "build": "cu13", "arch": "x86_64", "source": {"origin": "pypi"}}
+GITHUB_JOB = {"version": "0.20.0", "build": "cu129", "arch": "aarch64",
+              "source": {"origin": "github", "torch_index": "cu129", "torch_label": "+cu129"}}
+RELEASE = {"exclude_newer": "2026-06-11T12:00:00Z"}
+ASSET = {"url": "https://gh/vllm-0.20.0+cu129-aarch64.whl", "sha256": "a" * 64}
+
+
+def lock_item(job, glibc="2.36", release=None, asset=None, python="3.12", lock_dir="/srv/locks/", lock_python=""):
+    release = RELEASE if release is None else release
+    return FILTERS["engine_node_lock_item"](job, {"glibc": glibc}, release, asset or {}, python, lock_dir,
+                                            "https://pypi/simple", "https://torch/whl", {"torch": False}, lock_python)
+
+
+def test_lock_item_of_a_pypi_build():
+    assert lock_item(PYPI_JOB) == {
+        "name": "vllm-0.20.0-cu13-x86_64-manylinux_2_36-py3.12",
+        "dest": "/srv/locks/vllm-0.20.0-cu13-x86_64-manylinux_2_36-py3.12.txt",
+        "version": "0.20.0", "wheel": None, "expect": None, "index_url": "https://pypi/simple",
+        "extra_index_url": [], "index_strategy": None, "exclude_newer": "2026-06-11T12:00:00Z",
+        "exclude_newer_package": None, "python_version": "3.12", "python_platform": "x86_64-manylinux_2_36"}
+
+
+def test_lock_item_of_a_github_build_with_the_python_given_apart():
+    assert lock_item(GITHUB_JOB, glibc="2.41", asset=ASSET, python="/usr/bin/python3", lock_python="3.11") == {
+        "name": "vllm-0.20.0-cu129-aarch64-manylinux_2_40-py3.11",
+        "dest": "/srv/locks/vllm-0.20.0-cu129-aarch64-manylinux_2_40-py3.11.txt",
+        "version": "0.20.0", "wheel": {"url": ASSET["url"], "sha256": "a" * 64}, "expect": {"torch": "+cu129"},
+        "index_url": "https://pypi/simple", "extra_index_url": ["https://torch/whl/cu129"],
+        "index_strategy": "unsafe-best-match", "exclude_newer": "2026-06-11T12:00:00Z",
+        "exclude_newer_package": {"torch": False}, "python_version": "3.11", "python_platform": "aarch64-manylinux_2_40"}
+
+
+def test_lock_item_none_without_a_directory_or_an_answer():
+    assert lock_item(PYPI_JOB, lock_dir="") is None
+    assert lock_item(PYPI_JOB, release={"msg": "timed out"}) is None
+    assert lock_item(GITHUB_JOB, asset={"msg": "404"}) is None
+
+
+def test_lock_item_errors():
+    assert lock_item(PYPI_JOB, python="/usr/bin/python3") == {"error": (
+        "engine_node_fleet_lock_dir is set, so the controller compiles this node's lock, and it needs the node's Python"
+        ' version: engine_node_python is "/usr/bin/python3"; set it to a version such as "3.12", or set'
+        " engine_node_fleet_lock_python")}
+    assert lock_item(PYPI_JOB, glibc=None) == {"error": (
+        "engine_node_fleet_lock_dir is set, but this node's glibc is unknown (null), so no manylinux lock fits it")}

@@ -193,6 +193,38 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
     }
 
 
+def engine_report_drift(nodes):
+    """The report's nodes, each with ``lock_sha256`` (of the environment ``current`` points to) and
+    ``drift``: null, or why this node's packages differ from those of the other nodes that run the
+    same environment on the same architecture (their locks differ)."""
+    if not isinstance(nodes, list):
+        raise AnsibleFilterError("engine_report_drift: the input (the report's nodes) must be a list")
+    current = {}
+    for node in nodes:
+        node = _dict(node, "engine_report_drift: a node")
+        env = [e for e in node.get("environments") or [] if isinstance(e, dict) and e.get("current")]
+        current[node.get("host")] = env[0] if env else None
+    groups = {}
+    for node in nodes:
+        env = current[node.get("host")]
+        if env and env.get("lock_sha256"):
+            groups.setdefault((env.get("name"), node.get("architecture")), []).append((node.get("host"), env["lock_sha256"]))
+    out = []
+    for node in nodes:
+        env = current[node.get("host")]
+        sha = env.get("lock_sha256") if env else None
+        drift = None
+        if sha:
+            group = groups[(env.get("name"), node.get("architecture"))]
+            others = sorted("%s (%s)" % (host, other[:12]) for host, other in group if other != sha)
+            if others:
+                drift = "%s on %s: this node's lock is %s, but %s %s another" % (
+                    _text(env.get("name")), _text(node.get("architecture")), sha[:12], ", ".join(others),
+                    "runs" if len(others) == 1 else "run")
+        out.append(dict(node, lock_sha256=sha, drift=drift))
+    return out
+
+
 def engine_node_attempt_why(plan, attempt=1, previous_job=None, previous_failure=None):
     """Why this attempt installs the build it does: the plan's reason, and on auto's second attempt why
     the first build was left."""
@@ -265,5 +297,6 @@ class FilterModule:
             "engine_node_lookup_errors": engine_node_lookup_errors,
             "engine_node_attempt_why": engine_node_attempt_why,
             "engine_node_lock_item": engine_node_lock_item,
+            "engine_report_drift": engine_report_drift,
             "engine_node_problems": engine_node_problems,
         }

@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -808,3 +809,25 @@ def test_the_fleet_lock_is_compiled_once_per_group_and_installed_as_is(upstream,
     run = fleet.play("site.yml", extra=extra)
     assert run.rc == 0, run
     assert all(counts["changed"] == 0 for counts in run.recap().values()), run
+
+    # --- drift: h100b rebuilt from scratch (a new disk), alone, its group's lock compiled again as
+    # of a month later (llmfleet-fakedep 2.0.0 is out by then); h100 still runs the first lock, and
+    # the report says so --------------------------------------------------------------------------
+    shutil.rmtree(fleet.roots["h100b"] / "engines")
+    run = fleet.play("site.yml", "--limit", "h100b", extra=dict(extra, engine_node_exclude_newer_margin=24 * 40))
+    assert run.rc == 0, run
+    newer = hashlib.sha256((locks / files[1]).read_bytes()).hexdigest()
+    assert newer != stats["h100"]["fleet_lock"]["sha256"]
+    assert fleet.marker("h100b", "0.20.0-cu13")["spec"]["lock_sha256"] == newer
+    out = tmp_path / "report"
+    run = fleet.play("report.yml", extra={"engine_report_dir": str(out)})
+    assert run.rc == 0, run
+    report = {n["host"]: n for n in json.loads((out / "fleet.json").read_text())["nodes"]}
+    old = stats["h100"]["fleet_lock"]["sha256"]
+    assert (report["h100"]["lock_sha256"], report["h100b"]["lock_sha256"]) == (old, newer)
+    assert report["h100"]["drift"] == "0.20.0-cu13 on %s: this node's lock is %s, but h100b (%s) runs another" % (
+        ARCH, old[:12], newer[:12])
+    assert report["h100b"]["drift"] == "0.20.0-cu13 on %s: this node's lock is %s, but h100 (%s) runs another" % (
+        ARCH, newer[:12], old[:12])
+    assert report["a100"]["drift"] is None
+    assert "DRIFT: 0.20.0-cu13 on" in (out / "fleet.md").read_text()

@@ -39,7 +39,8 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 def test_each_filter_has_its_documentation_file():
     assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_lock_item",
-                               "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary"]
+                               "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
+                               "engine_report_drift"]
     for name in FILTERS:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
         assert doc["DOCUMENTATION"]["name"] == name
@@ -333,3 +334,30 @@ def test_lock_item_errors():
         " engine_node_fleet_lock_python")}
     assert lock_item(PYPI_JOB, glibc=None) == {"error": (
         "engine_node_fleet_lock_dir is set, but this node's glibc is unknown (null), so no manylinux lock fits it")}
+
+
+# --- engine_report_drift ----------------------------------------------------------------------
+
+def state(host, sha, arch="x86_64", name="0.20.0-cu13"):
+    return {"host": host, "architecture": arch,
+            "environments": [{"name": "0.15.1-cu129", "current": False, "lock_sha256": "f" * 64},
+                             {"name": name, "current": True, "lock_sha256": sha}]}
+
+
+def test_report_drift():
+    nodes = [state("a", "1" * 64), state("b", "1" * 64), state("c", "2" * 64), state("d", "3" * 64, arch="aarch64"),
+             {"host": "e", "error": "no answer from this node (unreachable or failed)"}]
+    out = FILTERS["engine_report_drift"](nodes)
+    assert [(n["host"], n["lock_sha256"], n["drift"]) for n in out] == [
+        ("a", "1" * 64, "0.20.0-cu13 on x86_64: this node's lock is 111111111111, but c (222222222222) runs another"),
+        ("b", "1" * 64, "0.20.0-cu13 on x86_64: this node's lock is 111111111111, but c (222222222222) runs another"),
+        ("c", "2" * 64, "0.20.0-cu13 on x86_64: this node's lock is 222222222222, but a (111111111111),"
+                        " b (111111111111) run another"),
+        ("d", "3" * 64, None),
+        ("e", None, None)]
+    assert out[4]["error"] == "no answer from this node (unreachable or failed)"
+
+
+def test_report_without_drift():
+    out = FILTERS["engine_report_drift"]([state("a", "1" * 64), state("b", "1" * 64, name="0.20.0-cu129")])
+    assert [n["drift"] for n in out] == [None, None]

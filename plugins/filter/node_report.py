@@ -35,6 +35,11 @@ def _dict(value, what):
     return value
 
 
+def _no_userinfo(url):
+    """A URL as the operator may see it: without the ``user:password@`` of a mirror."""
+    return re.sub(r"//[^/@]*@", "//", _text(url))
+
+
 def _text(value):
     """A value as the role's templates wrote it into a message (Jinja's ``~`` and ``{{ }}``)."""
     return "" if value is None else str(value)
@@ -132,15 +137,15 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     errors = []
     if "exclude_newer" not in release:
         errors.append("asking %s when vLLM %s was published failed: %s" % (
-            _text(pypi.get("index_url")), _text(job.get("version")), _text(release.get("msg") or "no answer")))
+            _no_userinfo(pypi.get("index_url")), _text(job.get("version")), _text(release.get("msg") or "no answer")))
     if github is not None and "sha256" not in asset:
         errors.append("asking GitHub (%s) for the %s wheel of vLLM %s failed: %s" % (
-            _text(_dict(github, "lookup_github").get("api_url")), _text(job.get("build")), _text(job.get("version")),
+            _no_userinfo(_dict(github, "lookup_github").get("api_url")), _text(job.get("build")), _text(job.get("version")),
             _text(asset.get("msg") or "no answer")))
     if uv is not None and "files" not in uv_release:
         uv = _dict(uv, "lookup_uv")
         errors.append("asking %s for uv %s failed: %s" % (
-            _text(uv.get("index_url")), _text(uv.get("version")), _text(uv_release.get("msg") or "no answer")))
+            _no_userinfo(uv.get("index_url")), _text(uv.get("version")), _text(uv_release.get("msg") or "no answer")))
     return errors
 
 

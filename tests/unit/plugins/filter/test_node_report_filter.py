@@ -217,6 +217,15 @@ def test_lookup_errors_name_where_and_what():
         "asking https://pypi.example.com when vLLM 0.20.0 was published failed: no answer"]
 
 
+def test_lookup_errors_leave_a_mirrors_credentials_out():
+    secret = job(github=False)
+    secret["lookup_pypi"]["index_url"] = "https://alice:s3cr3t@pypi.example.com"
+    secret["lookup_uv"]["index_url"] = "https://token@uv.example.com/pypi"
+    assert FILTERS["engine_node_lookup_errors"](secret, None) == [
+        "asking https://pypi.example.com when vLLM 0.20.0 was published failed: no answer",
+        "asking https://uv.example.com/pypi for uv 0.13.8 failed: no answer"]
+
+
 # --- engine_node_attempt_why ------------------------------------------------------------------
 
 def test_attempt_why():
@@ -292,12 +301,12 @@ def test_problems_needs_every_checked_value():
 PYPI_JOB = {"version": "0.20.0", "build": "cu13", "arch": "x86_64", "source": {"origin": "pypi"}}
 GITHUB_JOB = {"version": "0.20.0", "build": "cu129", "arch": "aarch64",
               "source": {"origin": "github", "torch_index": "cu129", "torch_label": "+cu129"}}
-RELEASE = {"exclude_newer": "2026-06-11T12:00:00Z"}
+LOCK_RELEASE = {"exclude_newer": "2026-06-11T12:00:00Z"}
 ASSET = {"url": "https://gh/vllm-0.20.0+cu129-aarch64.whl", "sha256": "a" * 64}
 
 
 def lock_item(job, glibc="2.36", release=None, asset=None, python="3.12", lock_dir="/srv/locks/", lock_python=""):
-    release = RELEASE if release is None else release
+    release = LOCK_RELEASE if release is None else release
     return FILTERS["engine_node_lock_item"](job, {"glibc": glibc}, release, asset or {}, python, lock_dir,
                                             "https://pypi/simple", "https://torch/whl", {"torch": False}, lock_python)
 

@@ -249,6 +249,23 @@ options:
         switched in) and a warning names the cache and the error.
     type: bool
     default: false
+  share_files:
+    description:
+      - After the install and before the verification, replace each file of the new environment that is identical
+        to the file at the same relative path in an environment this module built beside it (a directory in the
+        parent of O(path) that carries its marker; not C(.partial) nor C(.old) leftovers, nor a link to one) by a
+        hard link to that file. Identical means both regular files, the same size, permission bits and content
+        (sha256), on the same filesystem. Each file is replaced atomically (a link under a temporary name, then a
+        rename).
+      - Two adjacent engine versions share most of their packages' files, so an environment kept beside another
+        costs only the files that differ.
+      - A file that cannot be linked (too many links, another filesystem, no permission) stays a copy; the build
+        does not fail for it. RV(shared) counts what was linked and what was not.
+      - A hard link is one file seen from both environments, so a file changed in place in one environment
+        changes in the other. Environments are treated as read-only; removing one (O(state=absent), or the role
+        pruning old ones) leaves the files the others link.
+    type: bool
+    default: true
   force:
     description: Build again even when the environment is up to date.
     type: bool
@@ -468,6 +485,7 @@ def argument_spec():
         lock_timeout=dict(type="int", default=3600),
         cache_dir=dict(type="path"),
         keep_cache=dict(type="bool", default=False),
+        share_files=dict(type="bool", default=True),
         force=dict(type="bool", default=False),
     )
 

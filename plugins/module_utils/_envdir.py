@@ -267,6 +267,15 @@ def _read_json(path):
         return None
 
 
+def built_here(directory):
+    """Whether ``directory`` is a directory (not a link) holding the marker of an environment
+    this module built (a JSON object with a ``spec`` object)."""
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return False
+    marker = _read_json(os.path.join(directory, MARKER_NAME))
+    return isinstance(marker, dict) and isinstance(marker.get("spec"), dict)
+
+
 def carries_our_mark(directory, path):
     """Whether ``directory``, a leftover beside the environment ``path``, is this module's.
 
@@ -276,8 +285,7 @@ def carries_our_mark(directory, path):
     """
     if os.path.islink(directory) or not os.path.isdir(directory):
         return False
-    marker = _read_json(os.path.join(directory, MARKER_NAME))
-    if isinstance(marker, dict) and isinstance(marker.get("spec"), dict):
+    if built_here(directory):
         return True
     token = _read_json(os.path.join(directory, BUILD_TOKEN_NAME))
     return isinstance(token, dict) and token.get("path") == path

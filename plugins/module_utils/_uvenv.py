@@ -16,6 +16,8 @@ When the wanted spec equals the marker's and the environment is intact, nothing 
                        or, with ``lock``, the given text written as the lock (nothing resolved)
                      the lock checked against ``expect``
                      uv pip install --require-hashes --no-deps -r lock
+                     files identical to those of the environments beside it hard-linked
+                       to them (``share_files``, ``_envshare``)
                      the engine imported (or ``verify_command``), GPU compute check
                      marker written
     <path>           the old one moved to <path>.old, the partial renamed in, the old deleted
@@ -60,6 +62,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
     nearest_existing, start_partial)
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
     CleanupFailed, NotAnEnvironment, OptionError)
+from ansible_collections.llmfleet.engines.plugins.module_utils._envshare import (
+    share_identical_files, sibling_environments)
 from ansible.module_utils.parsing.convert_bool import boolean
 
 # --------------------------------------------------------------------------------------------
@@ -136,6 +140,8 @@ class EngineEnv:
         self.clock = clock
         self.gpu = gpu or gpu_step
         self.steps = []
+        # what share_files linked to the environments beside it (set by a build)
+        self.shared = None
         # what the module reports with module.warn (leftovers left alone, a cache not removed)
         self.warnings = []
         # what the URLs' credentials are, to keep them out of everything the flow reports
@@ -274,7 +280,8 @@ class EngineEnv:
                 True, marker, entries,
                 "built %s at %s: %s" % (self._label(), self.path, "; ".join(reasons)),
                 reasons=reasons, debris=[t for _action, t in debris],
-                diff=self._diff(before, marker) if diff else None)
+                diff=self._diff(before, marker) if diff else None,
+                **({"shared": self.shared} if self.shared is not None else {}))
         finally:
             lock.release()
 
@@ -473,6 +480,16 @@ class EngineEnv:
             with timed("install"):
                 uv("install", install_argv(self.uv, python_bin, lock_file, indexes), InstallFailed,
                    "installing the lock of %s (%d packages) into %s" % (self._label(), len(entries), self.partial))
+            if p.get("share_files", True):
+                with timed("share"):
+                    # before the verification: what is proven is what is switched in
+                    self.shared = share_identical_files(self.partial, sibling_environments(self.path),
+                                                        deadline, self.clock)
+                if self.shared["failed"]:
+                    self.warnings.append(
+                        "%d files of %s could not be hard-linked to the identical files of the environments "
+                        "beside it (%s); they stay copies" % (self.shared["failed"], self.partial, ", ".join(
+                            "%s: %d" % item for item in sorted(self.shared["errors"].items()))))
             with timed("verify"):
                 verified = self._verify(run, python_bin, remaining("verify"))
             gpu_result = {"skipped": True, "reason": "gpu_check is false"}

@@ -254,8 +254,8 @@ options:
       - After the install and before the verification, replace each file of the new environment that is identical
         to the file at the same relative path in an environment this module built beside it (a directory in the
         parent of O(path) that carries its marker; not C(.partial) nor C(.old) leftovers, nor a link to one) by a
-        hard link to that file. Identical means both regular files, the same size, permission bits and content
-        (sha256), on the same filesystem. Each file is replaced atomically (a link under a temporary name, then a
+        hard link to that file. Identical means both regular files, the same size, permission bits, owner and
+        content (compared byte for byte only when the rest matches), on the same filesystem. Each file is replaced atomically (a link under a temporary name, then a
         rename).
       - Two adjacent engine versions share most of their packages' files, so an environment kept beside another
         costs only the files that differ.
@@ -368,11 +368,38 @@ lock:
       type: dict
 steps:
   description:
-    - The steps run, each C({name, seconds}) (check, prepare, venv, resolve, install, verify, gpu, marker, switch).
+    - The steps run, each C({name, seconds}) (check, prepare, venv, resolve, install, share, verify, gpu, marker,
+      switch). C(share) is there with O(share_files).
     - With O(lock), C(lock) (the given lock written into the environment) instead of C(resolve).
   returned: always
   type: list
   elements: dict
+shared:
+  description:
+    - What O(share_files) linked to the identical files of the environments beside it.
+  returned: when the environment was built with O(share_files)
+  type: dict
+  contains:
+    files:
+      description: Files of the new environment now hard links to a file of another environment.
+      type: int
+    bytes:
+      description: The sum of their sizes (what the new environment does not add on disk).
+      type: int
+    from:
+      description: The names of the environments linked to.
+      type: list
+      elements: str
+    failed:
+      description: Identical files that could not be linked (they stay copies; a warning says why).
+      type: int
+    errors:
+      description: Those failures by error name (for example C(EMLINK)).
+      type: dict
+    stopped:
+      description: Whether O(timeout) ran out while sharing (the rest stays copies).
+      type: bool
+  sample: {files: 15234, bytes: 5123456789, from: [0.20.0-cu13], failed: 0, errors: {}, stopped: false}
 gpu:
   description: The GPU check's result, or C({skipped, reason}).
   returned: always

@@ -76,8 +76,8 @@ def test_flow_compares_module_and_ansible_with_raw_uv(smoke):
         for key in ("module/raw", "ansible/raw"):
             assert is_seconds(case["ratio_wall"][key]) and is_seconds(case["ratio_cpu"][key])
         # the module really built, through every step of its flow
-        assert list(case["module_steps_median"]) == ["check", "prepare", "venv", "resolve", "install", "verify",
-                                                     "marker", "switch"]
+        assert list(case["module_steps_median"]) == ["check", "prepare", "venv", "resolve", "install", "share",
+                                                     "verify", "marker", "switch"]
     noop = runs["no-op (up to date)"]
     for name in ("ansible uv_engine_env", "ansible stat", "module"):
         check_side(noop["sides"][name])

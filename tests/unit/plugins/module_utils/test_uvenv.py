@@ -265,6 +265,7 @@ SPEC_CHANGES = [
     ("timeout", 10, False),
     ("free_gb", 50.0, False),
     ("keep_cache", True, False),
+    ("share_files", False, False),
     ("gpu_check", False, False),
     ("cache_dir", "/elsewhere", False),
 ]
@@ -489,7 +490,7 @@ def test_build_runs_every_step_and_writes_the_marker(tmp_path, uv_bin):
     assert result["changed"] is True
     assert fake.kinds() == ["version", "venv", "compile", "install", "verify"]
     assert [s["name"] for s in result["steps"]] == [
-        "check", "prepare", "venv", "resolve", "install", "verify", "gpu", "marker", "switch"]
+        "check", "prepare", "venv", "resolve", "install", "share", "verify", "gpu", "marker", "switch"]
     assert result["lock"]["packages"] == {"llmfleet-fakedep": "1.1.0", "torch": "2.8.0", "vllm": "0.11.0"}
     marker = json.loads((tmp_path / "engines" / "vllm" / "0.11.0" / _envdir.MARKER_NAME).read_text())
     assert marker == result["marker"]

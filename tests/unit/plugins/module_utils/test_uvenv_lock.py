@@ -34,7 +34,7 @@ def test_a_given_lock_is_installed_without_resolving(tmp_path, uv_bin):  # noqa:
     assert fake.kinds() == ["version", "venv", "install", "verify"]
     assert "compile" not in fake.kinds()
     assert [s["name"] for s in result["steps"]] == [
-        "check", "prepare", "venv", "lock", "install", "verify", "gpu", "marker", "switch"]
+        "check", "prepare", "venv", "lock", "install", "share", "verify", "gpu", "marker", "switch"]
     lock_file = env_dir(tmp_path) / _envdir.LOCK_FILE_NAME
     assert lock_file.read_text() == LOCK_0110
     _kind, argv, _data, _env, _timeout = fake.call("install")

@@ -156,8 +156,14 @@ def _under_a_linked_dir(old):
     os.symlink(str(old / "torch-elsewhere"), str(old / SITE / "torch"))
 
 
-@pytest.mark.parametrize("change", [_other_mode, _other_content, _a_symlink, _under_a_linked_dir],
-                         ids=["mode", "content", "symlink", "linked-directory"])
+def _other_owner(old):
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    os.chown(str(old / RENAMED), os.geteuid() + 4242, -1)
+
+
+@pytest.mark.parametrize("change", [_other_mode, _other_content, _a_symlink, _under_a_linked_dir, _other_owner],
+                         ids=["mode", "content", "symlink", "linked-directory", "owner"])
 def test_a_file_that_is_not_the_same_is_not_linked(tmp_path, uv_bin, change):  # noqa: F811
     root = tmp_path / "engines" / "vllm"
     build(root, uv_bin, "0.10.0")
@@ -168,6 +174,35 @@ def test_a_file_that_is_not_the_same_is_not_linked(tmp_path, uv_bin, change):  #
     assert oct(os.stat(str(root / "0.11.0" / RENAMED)).st_mode & 0o777) == oct(FILES[RENAMED][1])
     # the others are linked
     assert result["shared"]["files"] == len(FILES) - 1 - (change is _under_a_linked_dir)
+
+
+def test_a_symlink_is_not_linked_even_when_its_size_mode_and_target_match(tmp_path, uv_bin):  # noqa: F811
+    """A symlink's own size (its target's length) and mode (0777) can equal the new file's, and
+    reading it gives the target's bytes: only its type tells it apart."""
+    root = tmp_path / "engines" / "vllm"
+    build(root, uv_bin, "0.10.0", files={})
+    old = root / "0.10.0"
+    target = str(old / "target")
+    data = b"a" * len(target)
+    (old / "target").write_bytes(data)
+    os.symlink(target, str(old / "script"))
+    assert os.lstat(str(old / "script")).st_size == len(data)
+    _env, result, _fake = build(root, uv_bin, "0.11.0", files={"script": (data, 0o777)})
+    assert result["shared"]["files"] == 0 and nlink(root / "0.11.0" / "script") == 1
+
+
+def test_only_files_of_the_same_size_are_read(tmp_path, uv_bin, monkeypatch):  # noqa: F811
+    root = tmp_path / "engines" / "vllm"
+    build(root, uv_bin, "0.10.0")
+    newer = dict(FILES)
+    grown = os.path.join(SITE, "torch", "lib.so")
+    newer[grown] = (b"T" * 6000, 0o755)
+    read = []
+    real = _envshare.same_bytes
+    monkeypatch.setattr(_envshare, "same_bytes", lambda one, other, size: read.append(one) or real(one, other, size))
+    _env, result, _fake = build(root, uv_bin, "0.11.0", newer)
+    assert result["shared"]["files"] == len(FILES) - 1
+    assert len(read) == len(FILES) - 1 and not [path for path in read if path.endswith("lib.so")]
 
 
 def test_share_files_false_links_nothing(tmp_path, uv_bin):  # noqa: F811

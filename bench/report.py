@@ -57,7 +57,8 @@ def header(data: dict) -> list[str]:
         "is the median of the first side over the median of the second, within the same run.",
         "",
         "Rerun all: `make bench`. One at a time: `.venv/bin/python -m bench.flow`, `.venv/bin/python -m",
-        "bench.fleet --n 1 10 50 --variants`, `.venv/bin/python -m bench.disk` (each `--help`). Results of",
+        "bench.fleet --n 1 10 50 --variants`, `.venv/bin/python -m bench.disk`, `.venv/bin/python -m bench.cache`",
+        "(each `--help`); one section into this page: `.venv/bin/python -m bench.run --only cache`. Results of",
         "one run as JSON: `build/bench/results.json`; `python -m bench.report build/bench/results.json`",
         "renders this page again.",
         "",
@@ -276,6 +277,66 @@ def download_section(fleet: dict) -> list[str]:
     return out
 
 
+def _kinds(upstream: dict) -> str:
+    return ", ".join("%s %s (%s)" % (k, v["requests"], human_bytes(v["bytes"])) for k, v in upstream["by_kind"].items())
+
+
+def cache_section(cache: dict) -> list[str]:
+    names = {v["key"]: v["name"] for v in cache["variants"]}
+    out = ["## 5. Fleet rollout through one cache host", "",
+           "The first site.yml run on N fresh nodes (as in section 4), in one run under three settings, one after",
+           "the other for each N: *per node*, the role as it is (each node resolves its own lock and downloads",
+           "every wheel); *fleet lock*, `engine_node_fleet_lock_dir` set (the controller compiles one lock per",
+           "group of nodes, once, against the upstream; each node installs it with `--require-hashes --no-deps`,",
+           "still from the upstream); *fleet lock + cache*, also `engine_node_cache_url` set to one devpi-server",
+           "on 127.0.0.1 (mirror indexes `root/pypi` and `root/torch-cu129`/`cu130` of the upstream, a stage",
+           "`root/github`), started empty for each N as on a first rollout: the nodes install the fleet lock",
+           "through it. Upstream requests and bytes from the fake upstream's request log (as in section 4; the",
+           "controller's compile reads PEP 658 metadata, not wheels); *wheel fetches*: GET of a wheel file that",
+           "reached the upstream, and the most times one file came. uv's wheel comes from the uv index",
+           "(`tests/uv_index.py`), apart. Disk: `du -s -B1` of all node roots together, and of the devpi's",
+           "serverdir. forks 5 (Ansible's default).", ""]
+    rows = []
+    for r in cache["rollouts"]:
+        w = r["wheels_from_upstream"]
+        c = r.get("cache")
+        rows.append([r["n"], names.get(r["variant"], r["variant"]), _s(r["wall"]), _s(r["cpu"]),
+                     r["upstream"]["requests"], "**%s**" % human_bytes(r["upstream"]["bytes"]), _kinds(r["upstream"]),
+                     "%s of %s files (max %s per file)" % (w["fetches"], w["files"], w["max_per_file"]),
+                     "%s (%s)" % (r["uv_index"]["requests"], human_bytes(r["uv_index"]["bytes"])),
+                     human_bytes(r["disk_roots_bytes"]),
+                     "%s requests, %s on disk" % (c["requests_total"], human_bytes(c["serverdir_bytes"])) if c else "-"])
+    out += _table(["N", "variant", "rollout wall", "rollout CPU", "upstream requests", "upstream bytes",
+                   "upstream requests by kind", "wheel fetches from upstream", "uv index requests (bytes)",
+                   "disk all roots", "cache host"], rows)
+    if cache.get("ratios"):
+        out += ["Growth from the smallest to the largest N, within the same run (goal for *fleet lock + cache*:"
+                " upstream bytes at most 1.1x):", ""]
+        out += _table(["variant", "N", "upstream bytes", "upstream requests", "wall"],
+                      [[names.get(k, k), "%s / %s" % (v["n"][1], v["n"][0]), "**%sx**" % _x(v["upstream_bytes"]),
+                        "%sx" % _x(v["upstream_requests"]), "%sx" % _x(v["wall"])] for k, v in cache["ratios"].items()])
+    if cache.get("devpi"):
+        d = cache["devpi"]
+        out += ["devpi-server %s, from `%s` (hashes, no builds) into `%s` (kept between runs). Its root password is"
+                " random for each run and never written to a file; it runs as a subprocess and is stopped by its PID."
+                % (d["version"], d["requirements"], d["venv"]), ""]
+        cached = [r for r in cache["rollouts"] if r.get("cache")]
+        if cached:
+            out += ["Commands (`$UPSTREAM` the fake upstream, started with `%s`; `$CACHE` the devpi):"
+                    % cache.get("upstream_command", "python -m tests.upstream"), ""]
+            out += _code(d["commands"] + cached[-1]["cache"]["commands"])
+    if cache["rollouts"]:
+        last_n = max(r["n"] for r in cache["rollouts"])
+        out += ["Rollout commands, N = %s (the inventory is generated, see `bench/fleet.py`):" % last_n, ""]
+        for r in cache["rollouts"]:
+            if r["n"] == last_n:
+                out += ["%s%s:" % (names.get(r["variant"], r["variant"]),
+                                   ", with `vars.json` %s" % json.dumps(r["extra_vars"], sort_keys=True)
+                                   if r.get("extra_vars") else ""), ""]
+                out += _code([r["command"]])
+    return out
+
+
 def render(data: dict) -> str:
     out = header(data)
     if data.get("flow"):
@@ -286,7 +347,61 @@ def render(data: dict) -> str:
         out += disk_section(data["disk"])
     if data.get("fleet"):
         out += download_section(data["fleet"])
+    if data.get("cache"):
+        out += cache_section(data["cache"])
     return "\n".join(out).rstrip() + "\n"
+
+
+# The headings of each section of bench.run (--only): a partial run's page can be spliced into a
+# page rendered earlier when that run's JSON is gone (splice).
+HEADINGS = {"flow": ("## 1.",), "fleet": ("## 2.", "## 4."), "disk": ("## 3.",), "cache": ("## 5.",)}
+LIST_TITLE = "Sections measured by different runs:"
+
+
+def _blocks(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The lines before the first section, and each section's lines by its '## N.' prefix."""
+    pre, blocks, current = [], {}, None
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith("## ") and line.split()[1].rstrip(".").isdigit():
+            current = "## %s." % line.split()[1].rstrip(".")
+            blocks[current] = []
+        (blocks[current] if current else pre).append(line)
+    return pre, blocks
+
+
+def splice(old: str, data: dict, names) -> str:
+    """``old`` (a page rendered earlier) with the sections ``names`` taken from ``data`` (a partial
+    run), and the list of sections measured by different runs saying when each was measured."""
+    _new_pre, new_blocks = _blocks(render(data))
+    pre, blocks = _blocks(old)
+    for name in names:
+        for heading in HEADINGS[name]:
+            if heading in new_blocks:
+                blocks[heading] = new_blocks[heading]
+    lines = []
+    for name in names:
+        info = (data.get("sections") or {}).get(name) or {"machine": data["machine"], "command": data["command"]}
+        sm = info["machine"]
+        lines.append("- %s: %s, commit %s, load average %s, `%s`" % (
+            name, sm["date"], sm.get("commit", "unknown"), ", ".join(str(x) for x in sm["load_average"]), info["command"]))
+    if LIST_TITLE in pre:
+        start = pre.index(LIST_TITLE) + 2
+        end = start
+        while end < len(pre) and pre[end].startswith("- "):
+            end += 1
+        kept = [l for l in pre[start:end] if l.split(":", 1)[0][2:] not in names]
+        pre[start:end] = kept + lines
+    else:
+        while pre and pre[-1] == "":
+            pre.pop()
+        pre += ["", LIST_TITLE, ""] + lines + [""]
+    body = []
+    for heading in sorted(blocks, key=lambda h: int(h[3:-1])):
+        block = blocks[heading]
+        while block and block[-1] == "":
+            block = block[:-1]
+        body += block + [""]
+    return "\n".join(pre + body).rstrip() + "\n"
 
 
 def main(argv=None) -> int:

@@ -1,9 +1,11 @@
 """Run the benchmarks and write ``bench/results.md`` (and ``build/bench/results.json``).
 
-    python -m bench.run [--only flow fleet disk] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
+    python -m bench.run [--only flow fleet disk cache] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
                         [--no-pypi] [--no-variants] [--before GIT_REF] [--output bench/results.md] [--json F]
 
-``make bench`` runs it with the defaults. The fleet's largest N runs last.
+``make bench`` runs it with the defaults. The fleet's largest N runs last, then the rollouts
+through one cache host (bench/cache.py). A partial run (--only) keeps the other sections of the
+previous run's JSON; when that JSON is gone, it splices its sections into the page at --output.
 """
 
 from __future__ import annotations
@@ -15,17 +17,17 @@ import shlex
 import sys
 import time
 
-from bench import disk, fleet, flow
+from bench import cache, disk, fleet, flow
 from bench.common import REPO, WORK, machine, rel, write_json
-from bench.report import render
+from bench.report import render, splice
 
-SECTIONS = ("flow", "disk", "fleet")
+SECTIONS = ("flow", "disk", "fleet", "cache")
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", choices=("flow", "fleet", "disk"), default=["flow", "disk", "fleet"],
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run these only; the others are kept from the previous results (--json)")
     parser.add_argument("--n", type=int, nargs="+", default=[1, 10, 50], help="fleet sizes (default 1 10 50)")
     parser.add_argument("--reps", type=int, default=5, help="repetitions of the flow benchmark (fake upstream)")
@@ -35,11 +37,14 @@ def main(argv=None) -> int:
     parser.add_argument("--no-variants", action="store_true", help="leave out the fleet's settings variants")
     parser.add_argument("--before", metavar="GIT_REF",
                         help="also the collection of this earlier commit on the same nodes (a fleet variant)")
+    parser.add_argument("--devpi-venv", type=pathlib.Path, default=cache.DEVPI_VENV,
+                        help="venv of devpi-server for the cache section (kept between runs; default build/bench/devpi/venv)")
     parser.add_argument("--output", type=pathlib.Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--json", type=pathlib.Path, help="default: <work>/results.json")
     parser.add_argument("--work", type=pathlib.Path, default=WORK, help="scratch directory (default build/bench)")
     args = parser.parse_args(argv)
     args.json = args.json or args.work / "results.json"
+    previous_json = args.json.exists()
 
     t0 = time.monotonic()
     command = "python -m bench.run " + " ".join(shlex.quote(a) for a in argv) if argv else "python -m bench.run"
@@ -67,12 +72,20 @@ def main(argv=None) -> int:
                                   before=args.before)
         if not args.no_pypi:
             data["fleet"]["uv_wheel_on_pypi"] = fleet.uv_wheel_on_pypi()
+        write_json(args.json, data)
+    if "cache" in args.only:
+        data["sections"]["cache"] = {"machine": machine(), "command": command}
+        data["cache"] = cache.run(args.n, work=args.work / "cache", venv=args.devpi_venv)
     data["machine_end"] = machine()
     data["seconds"] = round(time.monotonic() - t0, 1)
     data = json.loads(json.dumps(data).replace(str(REPO) + "/", ""))  # paths as seen from the repository
     write_json(args.json, data)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render(data))
+    partial = set(args.only) != set(SECTIONS)
+    if partial and not previous_json and args.output.exists():
+        args.output.write_text(splice(args.output.read_text(), data, args.only))
+    else:
+        args.output.write_text(render(data))
     print("wrote %s and %s (%.0f s)" % (rel(args.output), rel(args.json), data["seconds"]))
     return 0
 

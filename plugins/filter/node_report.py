@@ -289,6 +289,16 @@ def engine_node_problems(options, values):
     services = values["engine_node_services"]
     if isinstance(services, str) or not _is_sequence(services):
         out.append("variable engine_node_services is %s, allowed: a list of systemd unit names" % _json(services))
+    cache = values.get("engine_node_cache_url") or ""
+    if cache:
+        if not isinstance(cache, str) or not re.match(r"^https?://[^/@]+(:[0-9]+)?/?$", _no_userinfo(cache)):
+            out.append("variable engine_node_cache_url is %s, allowed: the base URL of the fleet cache, such as"
+                       " \"http://cache1.example:3141\"" % _json(_no_userinfo(_text(cache))))
+        elif not values.get("engine_node_fleet_lock_dir"):
+            out.append("variable engine_node_cache_url is %s, which needs engine_node_fleet_lock_dir: the nodes install"
+                       " the fleet's lock through the cache, whose mirrors give no upload times to resolve against;"
+                       " set engine_node_fleet_lock_dir (for example \"{{ playbook_dir }}/locks\")"
+                       % _json(_no_userinfo(cache)))
     return out
 
 

@@ -1,0 +1,239 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A small client of devpi-server's HTTP API (the fleet cache of llmfleet.engines.engine_cache).
+
+Only what the collection needs: log in, read and set an index's configuration, list a project's
+files on an index (the PEP 691 JSON simple page), and upload a wheel. Private to the collection.
+
+devpi's API, as devpi-server 6 answers it:
+- ``POST /+login`` with ``{"user", "password"}`` gives ``result.password``, a token sent back as
+  ``X-Devpi-Auth: base64(user:token)``;
+- ``GET /<user>/<index>`` (Accept JSON) gives ``result`` (the configuration), 404 when absent;
+  ``PUT`` creates it, ``PATCH`` with the whole configuration changes it;
+- ``GET /<user>/<index>/+simple/<project>/`` with the JSON simple Accept lists files with
+  ``hashes.sha256`` and a URL relative to the page;
+- ``POST /<user>/<index>/`` multipart ``:action=file_upload``, ``name``, ``version``, ``content``
+  uploads a file; an identical file again is answered 200 on a non-volatile index.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import urllib.error
+import uuid
+
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, NotFoundError
+
+try:  # Python 3
+    from urllib.parse import urljoin, urlsplit, urlunsplit
+except ImportError:  # pragma: no cover
+    from urlparse import urljoin, urlsplit, urlunsplit  # type: ignore
+
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# name-version(-build)?-python-abi-platform.whl (PEP 427)
+WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+CHUNK = 1024 * 1024
+
+
+class DevpiError(LlmfleetError):
+    """What went wrong talking to the devpi-server, in words for the operator."""
+
+
+def strip_userinfo(url):
+    """``url`` without ``user:password@``: what may be shown."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[1], parts.path, parts.query, parts.fragment))
+
+
+def wheel_project(filename):
+    """``(project, version)`` of a wheel's file name, or a DevpiError."""
+    match = WHEEL_NAME.match(filename or "")
+    if not match:
+        raise DevpiError("%r is not a wheel's file name (name-version-python-abi-platform.whl)" % (filename,))
+    return match.group("name").replace("_", "-").lower(), match.group("version")
+
+
+def check_index_name(name):
+    """None, or why ``name`` is not ``user/index``."""
+    if not isinstance(name, str) or not INDEX_NAME.match(name):
+        return "%r is not an index name of the form user/index (letters, digits, '.', '_', '-')" % (name,)
+    return None
+
+
+class Devpi(object):
+    """One devpi-server at ``url`` (its base, e.g. ``http://cache:3141``)."""
+
+    def __init__(self, url, user="root", password="", timeout=60, retries=3, validate_certs=True):
+        self.url = url.rstrip("/")
+        self.shown = strip_userinfo(self.url)
+        self.user = user
+        self.password = password
+        self.timeout = timeout
+        self.validate_certs = validate_certs
+        self.http = HttpClient(timeout=timeout, retries=retries, validate_certs=validate_certs,
+                               secrets=[password] if password else [])
+        self._auth = None
+
+    # -- session --------------------------------------------------------------------------------
+    def login(self):
+        """Log in as ``user`` once; the token is kept for the later requests."""
+        if self._auth is not None:
+            return
+        try:
+            data, _ = self.http.post_json(self.url + "/+login", {"user": self.user, "password": self.password})
+        except NotFoundError:
+            raise DevpiError("%s answers 404 at /+login: it is not a devpi-server" % self.shown)
+        except LlmfleetError as exc:
+            status = getattr(exc, "status", None)
+            if status in (401, 403):
+                raise DevpiError("%s refused the login of user %s: the password is not the one the server was"
+                                 " set up with (engine_cache_password)" % (self.shown, self.user))
+            raise DevpiError("logging in to %s as %s failed: %s" % (self.shown, self.user, self.http.redact(exc)))
+        token = (data.get("result") or {}).get("password") if isinstance(data, dict) else None
+        if not token:
+            raise DevpiError("%s answered the login without a token: %s" % (self.shown, _short(data)))
+        self._auth = base64.b64encode(("%s:%s" % (self.user, token)).encode("utf-8")).decode("ascii")
+        self.http.secrets.append(token)
+        self.http.secrets.append(self._auth)
+
+    def _headers(self, auth=True):
+        headers = {"Accept": "application/json"}
+        if auth and self._auth:
+            headers["X-Devpi-Auth"] = self._auth
+        return headers
+
+    # -- indexes -------------------------------------------------------------------------------
+    def index_config(self, name):
+        """The configuration of index ``name``, or None when the server has no such index."""
+        try:
+            data, _ = self.http.get_json("%s/%s" % (self.url, name), headers=self._headers())
+        except NotFoundError:
+            return None
+        except LlmfleetError as exc:
+            raise DevpiError("reading index %s of %s failed: %s" % (name, self.shown, self.http.redact(exc)))
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, dict):
+            raise DevpiError("%s/%s answered no index configuration: %s" % (self.shown, name, _short(data)))
+        return result
+
+    def set_index(self, name, config, create):
+        """Create (``create``) or change index ``name`` to ``config``; the configuration it has then."""
+        self.login()
+        method = "PUT" if create else "PATCH"
+        body = json.dumps(config).encode("utf-8")
+        headers = self._headers()
+        headers["Content-Type"] = "application/json"
+        try:
+            resp = self.http.request(method, "%s/%s" % (self.url, name), headers, body)
+        except LlmfleetError as exc:
+            raise DevpiError("%s of index %s on %s failed: %s" % (
+                "creating" if create else "changing", name, self.shown, self.http.redact(exc)))
+        try:
+            return json.loads(resp.body.decode("utf-8")).get("result") or {}
+        except (ValueError, AttributeError):
+            return {}
+
+    # -- files ---------------------------------------------------------------------------------
+    def project_files(self, index, project):
+        """``[{filename, url, sha256}]`` of ``project`` on ``index`` (absolute URLs, without
+        credentials); [] when the index has none."""
+        page = "%s/%s/+simple/%s/" % (self.url, index, project)
+        try:
+            data, _ = self.http.get_json(page, accept=SIMPLE_JSON)
+        except NotFoundError:
+            return []
+        except LlmfleetError as exc:
+            raise DevpiError("listing %s on %s/%s failed: %s" % (project, self.shown, index, self.http.redact(exc)))
+        files = []
+        for entry in (data.get("files") or []) if isinstance(data, dict) else []:
+            if not isinstance(entry, dict) or not entry.get("filename"):
+                continue
+            files.append({
+                "filename": entry["filename"],
+                "url": strip_userinfo(urljoin(page, entry.get("url") or "")).split("#", 1)[0],
+                "sha256": ((entry.get("hashes") or {}).get("sha256") or "").lower(),
+            })
+        return files
+
+    def upload(self, index, path, filename, project, version):
+        """Upload the file at ``path`` as ``filename`` of ``project`` ``version`` to ``index``."""
+        self.login()
+        boundary = "llmfleet-%s" % uuid.uuid4().hex
+        head = b""
+        for key, value in ((":action", "file_upload"), ("name", project), ("version", version)):
+            head += ("--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (boundary, key, value)).encode("utf-8")
+        head += ("--%s\r\nContent-Disposition: form-data; name=\"content\"; filename=\"%s\"\r\n"
+                 "Content-Type: application/octet-stream\r\n\r\n" % (boundary, filename)).encode("utf-8")
+        tail = ("\r\n--%s--\r\n" % boundary).encode("utf-8")
+        headers = self._headers()
+        headers["Content-Type"] = "multipart/form-data; boundary=%s" % boundary
+        headers["Content-Length"] = str(len(head) + os.path.getsize(path) + len(tail))
+        with tempfile.TemporaryFile() as body:
+            body.write(head)
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, body, CHUNK)
+            body.write(tail)
+            body.seek(0)
+            try:
+                resp = open_url("%s/%s/" % (self.url, index), method="POST", data=body, headers=headers,
+                                timeout=self.timeout, validate_certs=self.validate_certs, use_netrc=False)
+                resp.read()
+            except urllib.error.HTTPError as exc:
+                text = ""
+                try:
+                    text = exc.read().decode("utf-8", "replace")
+                except Exception:  # pylint: disable=broad-except
+                    pass
+                raise DevpiError("uploading %s to %s/%s failed: %s %s %s" % (
+                    filename, self.shown, index, exc.code, exc.reason, self.http.redact(_short(text))))
+            except Exception as exc:  # pylint: disable=broad-except
+                raise DevpiError("uploading %s to %s/%s failed: %s" % (filename, self.shown, index, self.http.redact(exc)))
+
+
+def download_checked(url, sha256, dest_dir, timeout=60, validate_certs=True):
+    """Download ``url`` into a new file under ``dest_dir``, checked against ``sha256``: its path.
+    The file is removed and a DevpiError raised when the digest differs."""
+    shown = strip_userinfo(url)
+    fd, path = tempfile.mkstemp(prefix=".llmfleet-download-", dir=dest_dir)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe",
+                            use_netrc=False)
+            while True:
+                chunk = resp.read(CHUNK)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+    except urllib.error.HTTPError as exc:
+        os.unlink(path)
+        raise DevpiError("downloading %s failed: %s %s" % (shown, exc.code, exc.reason))
+    except Exception as exc:  # pylint: disable=broad-except
+        os.unlink(path)
+        raise DevpiError("downloading %s failed: %s" % (shown, exc))
+    if digest.hexdigest() != sha256.lower():
+        os.unlink(path)
+        raise DevpiError("%s (%d bytes) has sha256 %s, not the publisher's %s: nothing was uploaded" % (
+            shown, size, digest.hexdigest(), sha256.lower()))
+    return path
+
+
+def _short(value, limit=300):
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."

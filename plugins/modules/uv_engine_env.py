@@ -252,11 +252,12 @@ options:
   share_files:
     description:
       - After the install and before the verification, replace each file of the new environment that is identical
-        to the file at the same relative path in an environment this module built beside it (a directory in the
-        parent of O(path) that carries its marker; not C(.partial) nor C(.old) leftovers, nor a link to one) by a
-        hard link to that file. Identical means both regular files, the same size, permission bits, owner and
-        content (compared byte for byte only when the rest matches), on the same filesystem. Each file is replaced atomically (a link under a temporary name, then a
-        rename).
+        to the file at the same relative path in an environment this module built beside it by a hard link to that
+        file. Such an environment is a directory in the parent of O(path) that carries its marker. O(path) itself
+        (being replaced), C(.partial) and C(.old) leftovers and links to a directory are not read.
+      - Identical means both regular files with the same size, permission bits and owner, on the same filesystem,
+        and the same content (compared byte for byte only when the rest matches). Each file is replaced atomically
+        (a link under a temporary name, then a rename).
       - Two adjacent engine versions share most of their packages' files, so an environment kept beside another
         costs only the files that differ.
       - A file that cannot be linked (too many links, another filesystem, no permission) stays a copy; the build

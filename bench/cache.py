@@ -41,20 +41,23 @@ import urllib.parse
 import urllib.request
 
 from bench.common import (
+    BIN,
     REPO,
     UV,
     WORK,
     Traffic,
     Upstream,
+    ansible_env,
     du_bytes,
     ensure_collection_link,
     ratio,
     rel,
+    run_timed,
     shell_line,
     system_python,
     write_json,
 )
-from bench.fleet import SITE, VERSION, Fleet, UvTraffic, _scrub, per_node, uv_index_server
+from bench.fleet import CALLBACKS, FORKS, SITE, VERSION, Fleet, UvTraffic, _scrub, per_node, uv_index_server
 
 DEVPI_REQUIREMENTS = REPO / "roles" / "engine_cache" / "files" / "devpi-server.txt"
 DEVPI_VENV = WORK / "devpi" / "venv"
@@ -63,7 +66,10 @@ VARIANTS = (
     ("fleet lock", "fleet-lock", "engine_node_fleet_lock_dir: one lock per group compiled once on the controller;"
                                  " the nodes install it from the upstream"),
     ("fleet lock + cache", "cache", "engine_node_fleet_lock_dir and engine_node_cache_url: the nodes install the"
-                                    " fleet lock through one devpi-server"),
+                                    " fleet lock through one devpi-server, fresh"),
+    ("fleet lock + cache, list loaded", "cache-warm",
+     "the same, with the devpi's list of PyPI projects loaded before the play (one GET of a simple page through"
+     " it, as a cache's setup could do)"),
 )
 WHEEL_KINDS = ("pypi_files", "torch_files", "github_objects")
 
@@ -253,6 +259,41 @@ def wheel_fetches(log: list[dict]) -> dict:
             "by_file": dict(sorted(counts.items()))}
 
 
+def play(fleet: Fleet, *args: str) -> dict:
+    """``Fleet.play`` of site.yml that does not stop at a failed node: its exit status, the nodes
+    that failed (from the recap) and the tail of its output come with the figures."""
+    fleet.runs += 1
+    count_out = fleet.work / ("count-%d.json" % fleet.runs)
+    extra = {"ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS), "ANSIBLE_CALLBACKS_ENABLED": "bench_count",
+             "BENCH_COUNT_OUT": str(count_out), "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_FORKS": str(FORKS)}
+    argv = [BIN / "ansible-playbook", "-i", fleet.inventory, SITE, *args]
+    fleet.upstream.clear_log()
+    fleet.uv_index.requests.clear()
+    res = run_timed(argv, env=ansible_env(fleet.work, **extra), cwd=REPO, timeout=3600)
+    (fleet.work / ("play-%d.out" % fleet.runs)).write_text(res.out + res.err)
+    failed = sorted(line.split()[0] for line in res.out.splitlines()
+                    if " : ok=" in line and (" failed=0" not in line or " unreachable=0" not in line))
+    shown = {k: v for k, v in extra.items() if k != "BENCH_COUNT_OUT"}
+    shown["ANSIBLE_CALLBACK_PLUGINS"] = rel(CALLBACKS)
+    return {"wall": res.wall, "cpu": res.cpu, "rc": res.rc, "failed_hosts": failed,
+            "counts": json.loads(count_out.read_text()) if count_out.exists() else None,
+            "upstream_log": fleet.upstream.log(), "uv_requests": list(fleet.uv_index.requests),
+            "command": shell_line([rel(a) for a in argv], shown),
+            "errors": _errors(res.out) if res.rc else []}
+
+
+def _errors(out: str) -> list[str]:
+    """The first lines of each distinct failure message in a play's output."""
+    seen = []
+    for match in re.finditer(r'^fatal: \[[^\]]+\]: FAILED! => ', out, re.M):
+        text = out[match.end():match.end() + 6000]
+        msg = re.search(r'"msg": "((?:[^"\\]|\\.)*)"', text)
+        line = re.sub(r"/nodes/node\d+/", "/nodes/NODE/", (msg.group(1) if msg else text.split("\n", 1)[0]))[:400]
+        if line not in seen:
+            seen.append(line)
+    return seen[:5]
+
+
 def python_version() -> str:
     return subprocess.run([system_python(), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                           capture_output=True, text=True, check=True).stdout.strip()
@@ -264,35 +305,44 @@ def rollout(work: pathlib.Path, n: int, variant: str, up: Upstream, uv_index, tr
     shutil.rmtree(work, ignore_errors=True)
     fleet = Fleet(work, n, up, uv_index)
     extra = {}
-    if variant in ("fleet-lock", "cache"):
+    if variant in ("fleet-lock", "cache", "cache-warm"):
         extra["engine_node_fleet_lock_dir"] = str(work / "locks")
         extra["engine_node_fleet_lock_python"] = python_version()
     devpi = None
     try:
-        if variant == "cache":
+        if variant in ("cache", "cache-warm"):
             devpi = Devpi(venv, work / "devpi" / "server").start(up.url)
             extra["engine_node_cache_url"] = devpi.url
+            if variant == "cache-warm":
+                with urllib.request.urlopen(devpi.url + "/root/pypi/+simple/vllm/", timeout=120) as resp:
+                    resp.read()
+                up.clear_log()
             before = devpi.requests_served()
         args = ()
         if extra:  # a file: rel() of the command line would take a URL in it for a path
             (work / "vars.json").write_text(json.dumps(extra, indent=1, sort_keys=True) + "\n")
             args = ("-e", "@%s" % (work / "vars.json"))
-        play = fleet.play(SITE, *args)
+        played = play(fleet, *args)
         currents = {name: os.readlink(root / "engines" / "vllm" / "current")
                     for name, root in fleet.roots.items() if (root / "engines" / "vllm" / "current").is_symlink()}
-        if len(currents) != n or set(currents.values()) != {"%s-cu13" % VERSION}:
-            raise RuntimeError("the %s rollout did not converge every node: %s" % (variant, currents))
+        converged = sorted(name for name, target in currents.items() if target == "%s-cu13" % VERSION)
+        if not converged or played["counts"] is None:
+            raise RuntimeError("the %s rollout of %s nodes converged none (exit %s; output in %s): %s" % (
+                variant, n, played["rc"], fleet.work, played["errors"]))
         out = {
             "variant": variant,
             "n": n,
-            "wall": round(play["wall"], 3),
-            "cpu": round(play["cpu"], 3),
-            "upstream": traffic.summarize(play["upstream_log"]),
-            "wheels_from_upstream": wheel_fetches(play["upstream_log"]),
-            "uv_index": uv_traffic.summarize(play["uv_requests"]),
+            "converged": len(converged),
+            "failed_hosts": played["failed_hosts"],
+            "errors": played["errors"],
+            "wall": round(played["wall"], 3),
+            "cpu": round(played["cpu"], 3),
+            "upstream": traffic.summarize(played["upstream_log"]),
+            "wheels_from_upstream": wheel_fetches(played["upstream_log"]),
+            "uv_index": uv_traffic.summarize(played["uv_requests"]),
             "disk_roots_bytes": du_bytes(*fleet.roots.values()),
-            "per_node": per_node(play["counts"]),
-            "command": play["command"],
+            "per_node": per_node(played["counts"]),
+            "command": played["command"],
             "extra_vars": extra,
         }
         if extra:
@@ -315,7 +365,7 @@ def rollout(work: pathlib.Path, n: int, variant: str, up: Upstream, uv_index, tr
     return out
 
 
-def run(ns=(1, 10, 50), variants=("per-node", "fleet-lock", "cache"), work: pathlib.Path | None = None,
+def run(ns=(1, 10, 50), variants=("per-node", "fleet-lock", "cache", "cache-warm"), work: pathlib.Path | None = None,
         keep: bool = False, venv: pathlib.Path = DEVPI_VENV) -> dict:
     ensure_collection_link()
     work = work or WORK / "cache"
@@ -323,7 +373,7 @@ def run(ns=(1, 10, 50), variants=("per-node", "fleet-lock", "cache"), work: path
     work.mkdir(parents=True)
     out = {"name": "cache", "variants": [{"key": key, "name": name, "how": how} for name, key, how in VARIANTS
                                          if key in variants], "rollouts": []}
-    venv_info = devpi_venv(venv) if "cache" in variants else None
+    venv_info = devpi_venv(venv) if {"cache", "cache-warm"} & set(variants) else None
     if venv_info:
         out["devpi"] = {"venv": rel(venv_info["path"]), "built_now": venv_info["built_now"],
                         "commands": venv_info["commands"], "version": venv_info["devpi_server"],

@@ -284,31 +284,40 @@ def _kinds(upstream: dict) -> str:
 def cache_section(cache: dict) -> list[str]:
     names = {v["key"]: v["name"] for v in cache["variants"]}
     out = ["## 5. Fleet rollout through one cache host", "",
-           "The first site.yml run on N fresh nodes (as in section 4), in one run under three settings, one after",
+           "The first site.yml run on N fresh nodes (as in section 4), in one run under four settings, one after",
            "the other for each N: *per node*, the role as it is (each node resolves its own lock and downloads",
            "every wheel); *fleet lock*, `engine_node_fleet_lock_dir` set (the controller compiles one lock per",
            "group of nodes, once, against the upstream; each node installs it with `--require-hashes --no-deps`,",
            "still from the upstream); *fleet lock + cache*, also `engine_node_cache_url` set to one devpi-server",
            "on 127.0.0.1 (mirror indexes `root/pypi` and `root/torch-cu129`/`cu130` of the upstream, a stage",
            "`root/github`), started empty for each N as on a first rollout: the nodes install the fleet lock",
-           "through it. Upstream requests and bytes from the fake upstream's request log (as in section 4; the",
-           "controller's compile reads PEP 658 metadata, not wheels); *wheel fetches*: GET of a wheel file that",
-           "reached the upstream, and the most times one file came. uv's wheel comes from the uv index",
-           "(`tests/uv_index.py`), apart. Disk: `du -s -B1` of all node roots together, and of the devpi's",
-           "serverdir. forks 5 (Ansible's default).", ""]
+           "through it; *list loaded*, the same with the devpi's list of PyPI projects loaded before the play",
+           "(one GET of `+simple/vllm/` through it; its two upstream requests are not counted). Upstream",
+           "requests and bytes from the fake upstream's request log (as in section 4; the controller's compile",
+           "reads PEP 658 metadata, not wheels); *wheel fetches*: GET of a wheel file that reached the upstream,",
+           "and the most times one file came. uv's wheel comes from the uv index (`tests/uv_index.py`), apart.",
+           "Disk: `du -s -B1` of all node roots together, and of the devpi's serverdir. forks 5 (Ansible's",
+           "default). Rerun: `.venv/bin/python -m bench.run --only cache` (or `-m bench.cache --n 1 10 50`).", ""]
     rows = []
     for r in cache["rollouts"]:
         w = r["wheels_from_upstream"]
         c = r.get("cache")
-        rows.append([r["n"], names.get(r["variant"], r["variant"]), _s(r["wall"]), _s(r["cpu"]),
+        rows.append([r["n"], names.get(r["variant"], r["variant"]), "%s of %s" % (r.get("converged", r["n"]), r["n"]),
+                     _s(r["wall"]), _s(r["cpu"]),
                      r["upstream"]["requests"], "**%s**" % human_bytes(r["upstream"]["bytes"]), _kinds(r["upstream"]),
                      "%s of %s files (max %s per file)" % (w["fetches"], w["files"], w["max_per_file"]),
                      "%s (%s)" % (r["uv_index"]["requests"], human_bytes(r["uv_index"]["bytes"])),
                      human_bytes(r["disk_roots_bytes"]),
                      "%s requests, %s on disk" % (c["requests_total"], human_bytes(c["serverdir_bytes"])) if c else "-"])
-    out += _table(["N", "variant", "rollout wall", "rollout CPU", "upstream requests", "upstream bytes",
+    out += _table(["N", "variant", "nodes converged", "rollout wall", "rollout CPU", "upstream requests", "upstream bytes",
                    "upstream requests by kind", "wheel fetches from upstream", "uv index requests (bytes)",
                    "disk all roots", "cache host"], rows)
+    for r in cache["rollouts"]:
+        if r.get("failed_hosts"):
+            out += ["N = %s, %s: %s of %s nodes failed (%s), saying: %s" % (
+                r["n"], names.get(r["variant"], r["variant"]), len(r["failed_hosts"]), r["n"],
+                ", ".join(r["failed_hosts"][:5]) + (", ..." if len(r["failed_hosts"]) > 5 else ""),
+                "; ".join("`%s`" % e.replace("`", "'") for e in r.get("errors", [])) or "n/a"), ""]
     if cache.get("ratios"):
         out += ["Growth from the smallest to the largest N, within the same run (goal for *fleet lock + cache*:"
                 " upstream bytes at most 1.1x):", ""]

@@ -53,6 +53,7 @@ units: venv
 	$(PYTEST) tests/unit tests/upstream -m "not network"
 
 integration: venv
+	tools/devpi_wheelhouse.sh >/dev/null
 	$(PYTEST) tests/integration -m "not network"
 
 network: venv

@@ -65,18 +65,9 @@ LLMFLEET_UPSTREAM_URL=$url
 serve uv-index tests.uv_index --uv "$venv/bin/uv"
 LLMFLEET_UV_INDEX_URL=$url
 # devpi-server's wheels for the fleet cache scenario (its role installs them from a simple index
-# with --require-hashes): downloaded once from the package index by pip, the ordinary client,
-# then served on 127.0.0.1 by tests/wheelhouse.py.
-wheelhouse=$repo/build/wheelhouse/devpi
-lock=$repo/roles/engine_cache/files/devpi-server.txt
-stamp=$wheelhouse/.lock-sha256
-if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum "$lock" | cut -d' ' -f1)" ]; then
-  rm -rf "$wheelhouse"
-  mkdir -p "$wheelhouse"
-  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary :all: \
-    --require-hashes -r "$lock" -d "$wheelhouse"
-  sha256sum "$lock" | cut -d' ' -f1 >"$stamp"
-fi
+# with --require-hashes): downloaded once (tools/devpi_wheelhouse.sh), served on 127.0.0.1 by
+# tests/wheelhouse.py.
+wheelhouse=$(tools/devpi_wheelhouse.sh)
 serve wheelhouse tests.wheelhouse --dir "$wheelhouse"
 LLMFLEET_WHEELHOUSE_URL=$url
 export LLMFLEET_UPSTREAM_URL LLMFLEET_UV_INDEX_URL LLMFLEET_WHEELHOUSE_URL

@@ -237,3 +237,64 @@ def download_checked(url, sha256, dest_dir, timeout=60, validate_certs=True):
 def _short(value, limit=300):
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def wheel_fits(filename, python_version, python_platform):
+    """Whether a wheel could be installed on a node of ``python_version`` ("3.12") and
+    ``python_platform`` ("x86_64-manylinux_2_35"), by its file name's tags (PEP 425)."""
+    if not filename.endswith(".whl"):
+        return False
+    parts = filename[:-4].split("-")
+    if len(parts) < 5:
+        return False
+    pythons, abis, platforms = parts[-3].split("."), parts[-2].split("."), parts[-1].split(".")
+    minor = int(python_version.split(".")[1])
+    arch, _, level = python_platform.partition("-")
+    match = re.match(r"^manylinux_([0-9]+)_([0-9]+)$", level)
+    glibc = (int(match.group(1)), int(match.group(2))) if match else (2, 17)
+
+    def python_ok(tag):
+        if tag in ("py3", "py2.py3") or tag.startswith("py3"):
+            return True
+        found = re.match(r"^cp3([0-9]+)$", tag)
+        if not found:
+            return False
+        # an abi3 wheel fits every later Python; others only their own
+        return int(found.group(1)) == minor or ("abi3" in abis and int(found.group(1)) <= minor)
+
+    def platform_ok(tag):
+        if tag == "any":
+            return True
+        if not tag.endswith("_" + arch):
+            return False
+        legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+        head = tag[: -len(arch) - 1]
+        if head in legacy:
+            return legacy[head] <= glibc
+        found = re.match(r"^manylinux_([0-9]+)_([0-9]+)$", head)
+        return bool(found) and (int(found.group(1)), int(found.group(2))) <= glibc
+
+    return any(python_ok(t) for t in pythons) and any(platform_ok(t) for t in platforms)
+
+
+def fetch_checked(url, sha256, timeout=600, validate_certs=True):
+    """GET ``url`` to the end, hashing it: its size, or a DevpiError when the sha256 differs."""
+    shown = strip_userinfo(url)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe", use_netrc=False)
+        while True:
+            chunk = resp.read(CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    except urllib.error.HTTPError as exc:
+        raise DevpiError("fetching %s failed: %s %s" % (shown, exc.code, exc.reason))
+    except Exception as exc:  # pylint: disable=broad-except
+        raise DevpiError("fetching %s failed: %s" % (shown, exc))
+    if digest.hexdigest() != sha256:
+        raise DevpiError("%s serves %s with sha256 %s, not the lock's %s" % (
+            shown.split("/+f/", 1)[0], shown.rsplit("/", 1)[-1], digest.hexdigest(), sha256))
+    return size

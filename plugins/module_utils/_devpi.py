@@ -93,7 +93,7 @@ class Devpi(object):
         if self._auth is not None:
             return
         try:
-            data, _ = self.http.post_json(self.url + "/+login", {"user": self.user, "password": self.password})
+            data = self.http.post_json(self.url + "/+login", {"user": self.user, "password": self.password})[0]
         except NotFoundError:
             raise DevpiError("%s answers 404 at /+login: it is not a devpi-server" % self.shown)
         except LlmfleetError as exc:
@@ -119,7 +119,7 @@ class Devpi(object):
     def index_config(self, name):
         """The configuration of index ``name``, or None when the server has no such index."""
         try:
-            data, _ = self.http.get_json("%s/%s" % (self.url, name), headers=self._headers())
+            data = self.http.get_json("%s/%s" % (self.url, name), headers=self._headers())[0]
         except NotFoundError:
             return None
         except LlmfleetError as exc:
@@ -152,7 +152,7 @@ class Devpi(object):
         credentials); [] when the index has none."""
         page = "%s/%s/+simple/%s/" % (self.url, index, project)
         try:
-            data, _ = self.http.get_json(page, accept=SIMPLE_JSON)
+            data = self.http.get_json(page, accept=SIMPLE_JSON)[0]
         except NotFoundError:
             return []
         except LlmfleetError as exc:
@@ -249,7 +249,7 @@ def wheel_fits(filename, python_version, python_platform):
         return False
     pythons, abis, platforms = parts[-3].split("."), parts[-2].split("."), parts[-1].split(".")
     minor = int(python_version.split(".")[1])
-    arch, _, level = python_platform.partition("-")
+    arch, level = (python_platform.split("-", 1) + [""])[:2]
     match = re.match(r"^manylinux_([0-9]+)_([0-9]+)$", level)
     glibc = (int(match.group(1)), int(match.group(2))) if match else (2, 17)
 

@@ -11,8 +11,8 @@ module: devpi_index
 short_description: The indexes of a devpi-server, as configured (the fleet cache's mirrors)
 version_added: 0.2.0
 description:
-  - Makes each index of O(indexes) exist on the devpi-server at O(url) with the settings given:
-    a C(mirror) index caches an upstream simple index on demand (each file is fetched from the
+  - Makes each index of O(indexes) exist on the devpi-server at O(url) with the settings given. A
+    C(mirror) index caches an upstream simple index on demand (each file is fetched from the
     upstream once, the first time a client asks for it); a C(stage) index holds uploaded files.
   - Settings not named in an entry are left as the server has them; indexes not named are left
     alone. Nothing is ever deleted.

@@ -18,7 +18,7 @@ description:
     a time here, each file comes from the upstream once, and the nodes that then install the lock
     together find every file and index page in the cache.
   - A file the cache serves with another sha256 fails the task before any node downloads it.
-  - Reads only, as far as the fleet is concerned (RV(changed) is always false); it also runs in
+  - Reads only, as far as the fleet is concerned (C(changed) is always false); it also runs in
     check mode. llmfleet.engines.engine_node runs it on the controller, once per fleet lock,
     when C(engine_node_cache_url) is set.
 author:
@@ -122,9 +122,9 @@ def main():
             else:
                 wanted = []
                 for index in p["indexes"]:
-                    wanted = [f for f in devpi.project_files(index, key)
-                              if f["sha256"] in pinned and wheel_fits(f["filename"], p["python_version"],
-                                                                     p["python_platform"])]
+                    listed = devpi.project_files(index, key)
+                    wanted = [f for f in listed if f["sha256"] in pinned
+                              and wheel_fits(f["filename"], p["python_version"], p["python_platform"])]
                     if wanted:
                         break
                 if not wanted:

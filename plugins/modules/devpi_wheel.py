@@ -17,7 +17,7 @@ description:
     uploaded. Otherwise the wheel is downloaded from O(src) into a temporary file, its sha256 is
     checked against O(sha256) (a mismatch fails the task and nothing is uploaded), and it is
     uploaded as user O(user).
-  - When the index lists a file of the same name with another sha256, the task fails: the cache
+  - When the index lists a file of the same name with another sha256, the task fails - the cache
     holds another file under that name, and the nodes' hash checks would refuse it.
   - Run it on the controller (C(delegate_to=localhost), C(run_once)), which checked the digest;
     llmfleet.engines.engine_node does so for builds from a GitHub release when
@@ -161,12 +161,13 @@ def main():
                                  % (devpi.shown, p["index"], filename, listed[0]["sha256"] or "(none)", sha256), **result)
         result.update(changed=True, uploaded=True)
         if module.check_mode:
-            module.exit_json(msg="would download %s and upload it to %s/%s" % (strip_userinfo(p["src"]), devpi.shown,
-                                                                                p["index"]), **result)
+            would = "would download %s and upload it to %s/%s" % (strip_userinfo(p["src"]), devpi.shown, p["index"])
+            module.exit_json(msg=would, **result)
         if not p["password"]:
+            result["changed"] = False
             module.fail_json(msg="%s is not on %s/%s yet, and uploading it needs the password of %s (engine_node_cache_password,"
-                                 " the engine_cache role's engine_cache_password)" % (filename, devpi.shown, p["index"],
-                                                                                       p["user"]), **dict(result, changed=False))
+                                 " the engine_cache role's engine_cache_password)"
+                                 % (filename, devpi.shown, p["index"], p["user"]), **result)
         path = download_checked(p["src"], sha256, p["tmp_dir"] or None, timeout=p["timeout"],
                                 validate_certs=p["validate_certs"])
         try:
@@ -179,6 +180,7 @@ def main():
             module.fail_json(msg="%s/%s does not list %s with sha256 %s after the upload (it lists %s)" % (
                 devpi.shown, p["index"], filename, sha256, listed[0]["sha256"] if listed else "nothing"), **result)
     except DevpiError as exc:
+        result["changed"] = False
         module.fail_json(msg=str(exc), **result)
     module.exit_json(url=listed[0]["url"], **result)
 

@@ -68,7 +68,7 @@ def devpi(devpi_venv, tmp_path):
                             stdout=log, stderr=subprocess.STDOUT)
     url = "http://127.0.0.1:%d" % port
     try:
-        for _ in range(300):
+        for _attempt in range(300):
             try:
                 urllib.request.urlopen(url + "/+api", timeout=2).read()
                 break
@@ -156,8 +156,8 @@ def test_indexes_are_made_once_and_a_run_with_nothing_to_do_makes_no_login(devpi
 
 def test_check_mode_creates_nothing(devpi, upstream, tmp_path):
     url, password = devpi
-    result, out = run_module("devpi_index", tmp_path, {"url": url, "password": password, "indexes": _indexes(upstream),
-                                                      "_ansible_check_mode": True})
+    args = {"url": url, "password": password, "indexes": _indexes(upstream), "_ansible_check_mode": True}
+    result, out = run_module("devpi_index", tmp_path, args)
     assert result["changed"] is True and result["created"] == ["root/pypi", "root/torch-cu129", "root/github"]
     req = urllib.request.Request(url + "/root/pypi", headers={"Accept": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as err:

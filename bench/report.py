@@ -297,7 +297,10 @@ def cache_section(cache: dict) -> list[str]:
            "reads PEP 658 metadata, not wheels); *wheel fetches*: GET of a wheel file that reached the upstream,",
            "and the most times one file came. uv's wheel comes from the uv index (`tests/uv_index.py`), apart.",
            "Disk: `du -s -B1` of all node roots together, and of the devpi's serverdir. forks 5 (Ansible's",
-           "default). Rerun: `.venv/bin/python -m bench.run --only cache` (or `-m bench.cache --n 1 10 50`).", ""]
+           "default). *filled first by the controller*: the role's devpi_warm task ran (the controller fetches each",
+           "file of the lock through the cache, one at a time, before any node installs); the role gained it while",
+           "a run may have been under way, so each row says whether it ran.",
+           "Rerun: `.venv/bin/python -m bench.run --only cache` (or `-m bench.cache --n 1 10 50`).", ""]
     rows = []
     for r in cache["rollouts"]:
         w = r["wheels_from_upstream"]
@@ -308,7 +311,10 @@ def cache_section(cache: dict) -> list[str]:
                      "%s of %s files (max %s per file)" % (w["fetches"], w["files"], w["max_per_file"]),
                      "%s (%s)" % (r["uv_index"]["requests"], human_bytes(r["uv_index"]["bytes"])),
                      human_bytes(r["disk_roots_bytes"]),
-                     "%s requests, %s on disk" % (c["requests_total"], human_bytes(c["serverdir_bytes"])) if c else "-"])
+                     ("%s requests, %s on disk%s" % (c["requests_total"], human_bytes(c["serverdir_bytes"]),
+                                                     ", filled first by the controller (devpi_warm)"
+                                                     if "llmfleet.engines.devpi_warm" in r["per_node"]["module_calls_by_action"]
+                                                     else "")) if c else "-"])
     out += _table(["N", "variant", "nodes converged", "rollout wall", "rollout CPU", "upstream requests", "upstream bytes",
                    "upstream requests by kind", "wheel fetches from upstream", "uv index requests (bytes)",
                    "disk all roots", "cache host"], rows)

@@ -288,6 +288,26 @@ def test_problems(changes, expected):
     assert FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, **changes)) == expected
 
 
+@pytest.mark.parametrize("changes, expected", [
+    ({"engine_node_cache_url": "http://cache1.example:3141", "engine_node_fleet_lock_dir": "/srv/locks"}, []),
+    ({"engine_node_cache_url": "", "engine_node_fleet_lock_dir": ""}, []),
+    ({"engine_node_cache_url": "http://cache1.example:3141", "engine_node_fleet_lock_dir": ""},
+     ['variable engine_node_cache_url is "http://cache1.example:3141", which needs engine_node_fleet_lock_dir: the'
+      " nodes install the fleet's lock through the cache, whose mirrors give no upload times to resolve against; set"
+      ' engine_node_fleet_lock_dir (for example "{{ playbook_dir }}/locks")']),
+    # credentials are left out of the message
+    ({"engine_node_cache_url": "http://root:s3cret@cache1.example:3141/root/pypi/+simple/",
+      "engine_node_fleet_lock_dir": "/srv/locks"},
+     ['variable engine_node_cache_url is "http://cache1.example:3141/root/pypi/+simple/", allowed: the base URL of'
+      ' the fleet cache, such as "http://cache1.example:3141"']),
+    ({"engine_node_cache_url": "cache1.example:3141", "engine_node_fleet_lock_dir": "/srv/locks"},
+     ['variable engine_node_cache_url is "cache1.example:3141", allowed: the base URL of the fleet cache, such as'
+      ' "http://cache1.example:3141"']),
+])
+def test_problems_of_the_fleet_cache(changes, expected):
+    assert FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, **changes)) == expected
+
+
 def test_problems_needs_every_checked_value():
     values = dict(GOOD)
     del values["engine_node_python_preference"], values["engine_node_keep"]

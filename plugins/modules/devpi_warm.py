@@ -19,8 +19,8 @@ description:
     together find every file and index page in the cache.
   - A file the cache serves with another sha256 fails the task before any node downloads it.
   - Reads only, as far as the fleet is concerned (C(changed) is always false); it also runs in
-    check mode. llmfleet.engines.engine_node runs it on the controller, once per fleet lock,
-    when C(engine_node_cache_url) is set.
+    check mode (where a server that does not answer yet is not an error). llmfleet.engines.engine_node
+    runs it on the controller, once per fleet lock, when C(engine_node_cache_url) is set.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -136,6 +136,10 @@ def main():
                                      validate_certs=p["validate_certs"])
                 files.append({"name": entry["name"], "url": found["url"], "sha256": found["sha256"], "bytes": size})
     except DevpiError as exc:
+        if module.check_mode and not files:
+            # check mode before the cache was set up: nothing to read yet
+            module.exit_json(changed=False, files=[], bytes=0, msg="would fill %s with the lock's files (%s)"
+                             % (devpi.shown, exc))
         module.fail_json(msg=str(exc), files=files)
     module.exit_json(changed=False, files=files, bytes=sum(f["bytes"] for f in files))
 

@@ -21,7 +21,8 @@ description:
     holds another file under that name, and the nodes' hash checks would refuse it.
   - Run it on the controller (C(delegate_to=localhost), C(run_once)), which checked the digest;
     llmfleet.engines.engine_node does so for builds from a GitHub release when
-    C(engine_node_cache_url) is set. Check mode reports what would be uploaded.
+    C(engine_node_cache_url) is set. Check mode reports what would be uploaded, also when the
+    server does not answer yet (a cache the same check run would set up).
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -152,7 +153,15 @@ def main():
         module.fail_json(msg="filename: %s" % exc, **result)
     devpi = Devpi(p["url"], p["user"], p["password"], timeout=p["timeout"], validate_certs=p["validate_certs"])
     try:
-        listed = [f for f in devpi.project_files(p["index"], project) if f["filename"] == filename]
+        try:
+            listed = [f for f in devpi.project_files(p["index"], project) if f["filename"] == filename]
+        except DevpiError as exc:
+            if not module.check_mode:
+                raise
+            # check mode before the cache was set up: it would be uploaded
+            result.update(changed=True, uploaded=True)
+            module.exit_json(msg="would download %s and upload it to %s/%s (which does not answer yet: %s)"
+                                 % (strip_userinfo(p["src"]), devpi.shown, p["index"], exc), **result)
         if listed and listed[0]["sha256"] == sha256:
             module.exit_json(url=listed[0]["url"], **result)
         if listed:

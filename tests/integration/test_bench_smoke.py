@@ -1,5 +1,7 @@
 """Smoke run of the benchmarks (bench/): every benchmark runs once, with N = 1 and one repetition,
-and reports well-formed figures. No timing is asserted: the figures themselves are what
+and reports well-formed figures (the rollout through one cache host as well: N = 1, today's flow, the
+fleet lock, the fleet lock through a devpi-server, whose venv build/bench/devpi/venv is built once
+and kept). No timing is asserted: the figures themselves are what
 ``make bench`` publishes in bench/results.md, on a machine left alone for it.
 
 The real-PyPI cases and the fleet's settings variants are left out (``--no-pypi --no-variants``).
@@ -24,6 +26,7 @@ SECTIONS = (
     "## 2. No-op re-run of a converged fleet",
     "## 3. Disk and download per node",
     "## 4. Fleet download",
+    "## 5. Fleet rollout through one cache host",
 )
 
 
@@ -63,6 +66,7 @@ def test_machine_and_command_are_recorded(smoke):
     # scratch space is cleaned up
     assert not (smoke["work"] / "scratch" / "flow").exists()
     assert not (smoke["work"] / "scratch" / "fleet").exists()
+    assert not (smoke["work"] / "scratch" / "cache").exists()
 
 
 def test_flow_compares_module_and_ansible_with_raw_uv(smoke):
@@ -139,7 +143,63 @@ def test_disk_measures_both_cache_policies(smoke):
         assert scenario["second"]["envs_together"] <= scenario["first"]["env"] + scenario["second"]["env"]
     assert kept["first"]["cache"] > 0
     assert dropped["first"]["cache"] == 0
-    assert dropped["second"]["envs_shared"] == 0
+    # without the cache, the second environment shares only what uv_engine_env's share_files links
+    assert 0 <= dropped["second"]["envs_shared"] <= dropped["second"]["env"]
+
+
+def test_cache_rollout_pulls_each_wheel_once_through_the_cache(smoke):
+    cache = smoke["data"]["cache"]
+    rollouts = {r["variant"]: r for r in cache["rollouts"]}
+    assert list(rollouts) == ["per-node", "fleet-lock", "cache", "cache-warm"]
+    for variant, r in rollouts.items():
+        assert r["n"] == 1 and is_seconds(r["wall"]), variant
+        assert (r["converged"], r["failed_hosts"]) == (1, []), (variant, r["errors"])
+        assert r["upstream"]["bytes"] > 0 and r["uv_index"]["bytes"] > 0, variant
+        assert r["disk_roots_bytes"] > 0, variant
+        assert r["per_node"]["changed"] >= 1, variant
+    # the engine's wheels (vllm, torch, a dependency), as the node of today's flow fetched them
+    wheels = set(rollouts["per-node"]["wheels_from_upstream"]["by_file"])
+    assert len(wheels) >= 3 and any(w.startswith("vllm-0.20.0-") for w in wheels), wheels
+    for variant in ("fleet-lock", "cache", "cache-warm"):
+        [lock] = rollouts[variant]["locks"]
+        assert lock.startswith("vllm-0.20.0-cu13-"), lock
+        assert rollouts[variant]["extra_vars"]["engine_node_fleet_lock_dir"], variant
+    assert "extra_vars" not in rollouts["per-node"] or not rollouts["per-node"]["extra_vars"]
+    for variant in ("cache", "cache-warm"):
+        cached = rollouts[variant]
+        # through the cache, the upstream saw each wheel file at most once (the devpi's own fetch) ...
+        fetched = cached["wheels_from_upstream"]["by_file"]
+        assert set(fetched) == wheels, (variant, fetched)
+        assert all(count <= 1 for count in fetched.values()), (variant, fetched)
+        assert cached["wheels_from_upstream"]["max_per_file"] == 1
+        # ... and the node really got them from the devpi: it holds every one and served them
+        host = cached["cache"]
+        assert wheels <= set(host["wheels_stored"]), (variant, host["wheels_stored"])
+        assert host["requests"].get("files", 0) >= len(wheels), (variant, host["requests"])
+        assert host["serverdir_bytes"] > 0
+        assert cached["extra_vars"]["engine_node_cache_url"] == "$CACHE"
+    assert any("devpi-server" in line for line in rollouts["cache"]["cache"]["commands"])
+    assert cache["devpi"]["version"]
+
+
+def test_a_partial_run_splices_its_section_into_an_older_page(smoke):
+    """--only cache, when the previous run's JSON is gone: the older page keeps its sections and
+    gets section 5, with when it was measured."""
+    from bench.report import render, splice  # pylint: disable=import-outside-toplevel
+
+    data = smoke["data"]
+    older = {k: v for k, v in data.items() if k != "cache"}
+    older["sections"] = {k: v for k, v in data["sections"].items() if k != "cache"}
+    old_page = render(older)
+    assert "## 5." not in old_page
+    page = splice(old_page, data, ["cache"])
+    assert page.split("Method:")[0] == old_page.split("Method:")[0]
+    for title in SECTIONS[:4]:  # every older section as it was
+        block = old_page[old_page.index(title):].split("\n## ")[0]
+        assert block in page, title
+    assert page.index(SECTIONS[3]) < page.index(SECTIONS[4])
+    assert "\n- cache: %s" % data["sections"]["cache"]["machine"]["date"] in page
+    assert splice(page, data, ["cache"]) == page  # splicing again changes nothing
 
 
 def test_markdown_is_well_formed(smoke):

@@ -151,9 +151,9 @@ class Devpi:
         port = free_port()
         argv = [self._bin("devpi-server"), "--serverdir", str(self.serverdir), "--host", "127.0.0.1", "--port", str(port)]
         self.commands = [
-            "printf %s \"$PASSWORD\" | " + shell_line([rel(self._bin("python")), "-c",
-                                                      "import sys; from devpi_server.auth import hash_password; "
-                                                      "print(hash_password(sys.stdin.read()))"]),
+            "printf %s \"$PASSWORD\" | " + shell_line([
+                rel(self._bin("python")), "-c",
+                "import sys; from devpi_server.auth import hash_password; print(hash_password(sys.stdin.read()))"]),
             shell_line([rel(a) for a in init[:-1]]) + " \"$HASH\"",
             shell_line([rel(a) for a in argv[:-1]]) + " $PORT &",
         ]

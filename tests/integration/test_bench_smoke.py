@@ -193,9 +193,9 @@ def test_a_partial_run_splices_its_section_into_an_older_page(smoke):
     old_page = render(older)
     assert "## 5." not in old_page
     page = splice(old_page, data, ["cache"])
-    assert page.split("Method:")[0] == old_page.split("Method:")[0]
+    assert page.split("Method:", maxsplit=1)[0] == old_page.split("Method:", maxsplit=1)[0]
     for title in SECTIONS[:4]:  # every older section as it was
-        block = old_page[old_page.index(title):].split("\n## ")[0]
+        block = old_page[old_page.index(title):].split("\n## ", maxsplit=1)[0]
         assert block in page, title
     assert page.index(SECTIONS[3]) < page.index(SECTIONS[4])
     assert "\n- cache: %s" % data["sections"]["cache"]["machine"]["date"] in page

@@ -63,6 +63,9 @@ def refused(port):
             return False
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # the probe was in the listen backlog when the socket closed: not refused yet, ask again
+        return False
 
 
 def call(port, method, path, body=None, headers=None):

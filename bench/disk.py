@@ -82,7 +82,9 @@ class Builder:
             pulled = self.traffic.summarize(self.upstream.log())
         else:
             pulled = self.proxy.take()
-        return {"path": path, "download": pulled, "packages": len(result["lock"]["packages"])}
+        return {"path": path, "download": pulled, "packages": len(result["lock"]["packages"]),
+                "shared": result.get("shared"),
+                "steps": {st["name"]: st.get("seconds") for st in result.get("steps") or []}}
 
 
 def scenario(builder: Builder, root: pathlib.Path, case: dict, keep_cache: bool) -> dict:
@@ -172,6 +174,39 @@ def vllm_upgrades(work: pathlib.Path, versions=VLLM_VERSIONS) -> dict:
             "upgrades": rows, "commands": [l["command"] for l in locks.values()]}
 
 
+# Two adjacent real vLLM releases installed one after the other under one node root, as the role
+# does (uv cache dropped after each build, share_files on, its default): ~5 GB of downloads and
+# ~11 GB of disk each, so ~25 GB free are needed.
+VLLM_SHARE = ("vllm", ("0.11.1", "cu129"), ("0.11.2", "cu129"))
+
+
+def vllm_share(work: pathlib.Path, proxy: CountingProxy) -> dict:
+    """Disk of two kept environments of adjacent real vLLM versions: each alone, both together
+    (files shared by hard links count once), and the copy they would be without sharing."""
+    engine, (v1, b1), (v2, b2) = VLLM_SHARE
+    builder = Builder(work, None, None, proxy)
+    root = work / "root"
+    try:
+        first = builder.build(root, engine, v1, b1, pypi_cutoff(engine, v1), False)
+        first_env = du_bytes(first["path"])
+        second = builder.build(root, engine, v2, b2, pypi_cutoff(engine, v2), False)
+        second_env = du_bytes(second["path"])
+        together = du_bytes(first["path"], second["path"])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "first": {"version": "%s-%s" % (v1, b1), "packages": first["packages"], "env": first_env,
+                  "download": first["download"]["bytes"]},
+        "second": {"version": "%s-%s" % (v2, b2), "packages": second["packages"], "env": second_env,
+                   "download": second["download"]["bytes"], "shared": second["shared"],
+                   "share_seconds": second["steps"].get("share")},
+        "together": together,
+        "copied": first_env + second_env,
+        "together_over_one": round(together / second_env, 3),
+        "module_args": {k: v for k, v in builder.args_log[-1].items() if k not in ("path", "cache_dir")},
+    }
+
+
 def run(pypi: bool = True, work: pathlib.Path | None = None) -> dict:
     ensure_collection_link()
     work = work or WORK / "disk"
@@ -186,6 +221,7 @@ def run(pypi: bool = True, work: pathlib.Path | None = None) -> dict:
         proxy = CountingProxy().start()
         try:
             out["cases"].append(bench_case(work / "pypi", case, None, None, proxy))
+            out["vllm_share"] = vllm_share(work / "vllm-share", proxy)
         finally:
             proxy.stop()
         out["vllm"] = vllm_upgrades(work / "vllm")

@@ -235,6 +235,22 @@ def disk_section(disk: dict) -> list[str]:
         out += _table(["from", "to", "packages", "wheels shared", "download, cache dropped", "download, cache kept",
                        "saved"], rows)
         out += ["Commands:", ""] + _code(vllm["commands"])
+    share = disk.get("vllm_share")
+    if share:
+        f, s = share["first"], share["second"]
+        shared = s.get("shared") or {}
+        out += ["**real PyPI: two kept vLLM environments on one node** (installed, as the role does: uv cache"
+                " dropped after each build, `share_files` on, its default). The second environment's files that"
+                " are identical to the first's are hard links to them (the module's `share` step):", ""]
+        out += _table(["first", "alone", "second", "alone", "copied (sum)", "both kept, shared", "both / one",
+                       "files shared", "bytes shared", "share step", "downloads"],
+                      [["%s (%s packages)" % (f["version"], f["packages"]), human_bytes(f["env"]),
+                        "%s (%s packages)" % (s["version"], s["packages"]), human_bytes(s["env"]),
+                        human_bytes(share["copied"]), human_bytes(share["together"]),
+                        "**%.2fx**" % share["together_over_one"], shared.get("files", "n/a"),
+                        human_bytes(shared.get("bytes", 0)), _s(s.get("share_seconds")),
+                        "%s, %s" % (human_bytes(f["download"]), human_bytes(s["download"]))]])
+        out += ["Module arguments of the second build: `%s`." % json.dumps(share["module_args"], sort_keys=True), ""]
     return out
 
 

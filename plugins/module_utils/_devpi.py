@@ -31,13 +31,15 @@ import uuid
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.llmfleet.engines.plugins.module_utils._builds import at_least, manylinux_glibc
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, NotFoundError
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import strip_userinfo
 
 try:  # Python 3
-    from urllib.parse import urljoin, urlsplit, urlunsplit
+    from urllib.parse import urljoin
 except ImportError:  # pragma: no cover
-    from urlparse import urljoin, urlsplit, urlunsplit  # type: ignore
+    from urlparse import urljoin  # type: ignore
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -48,14 +50,6 @@ CHUNK = 1024 * 1024
 
 class DevpiError(LlmfleetError):
     """What went wrong talking to the devpi-server, in words for the operator."""
-
-
-def strip_userinfo(url):
-    """``url`` without ``user:password@``: what may be shown."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[1], parts.path, parts.query, parts.fragment))
 
 
 def wheel_project(filename):
@@ -203,34 +197,44 @@ class Devpi(object):
                 raise DevpiError("uploading %s to %s/%s failed: %s" % (filename, self.shown, index, self.http.redact(exc)))
 
 
+def _read_hashed(url, out, timeout, validate_certs):
+    """GET ``url`` to the end (redirects followed), writing each chunk to ``out`` when given:
+    ``(sha256 hex, size)``. Any error is raised as it came."""
+    digest = hashlib.sha256()
+    size = 0
+    resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe", use_netrc=False)
+    while True:
+        chunk = resp.read(CHUNK)
+        if not chunk:
+            break
+        digest.update(chunk)
+        if out is not None:
+            out.write(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _failed(what, shown, exc):
+    if isinstance(exc, urllib.error.HTTPError):
+        return DevpiError("%s %s failed: %s %s" % (what, shown, exc.code, exc.reason))
+    return DevpiError("%s %s failed: %s" % (what, shown, exc))
+
+
 def download_checked(url, sha256, dest_dir, timeout=60, validate_certs=True):
     """Download ``url`` into a new file under ``dest_dir``, checked against ``sha256``: its path.
     The file is removed and a DevpiError raised when the digest differs."""
     shown = strip_userinfo(url)
     fd, path = tempfile.mkstemp(prefix=".llmfleet-download-", dir=dest_dir)
-    digest = hashlib.sha256()
-    size = 0
     try:
         with os.fdopen(fd, "wb") as out:
-            resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe",
-                            use_netrc=False)
-            while True:
-                chunk = resp.read(CHUNK)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-    except urllib.error.HTTPError as exc:
-        os.unlink(path)
-        raise DevpiError("downloading %s failed: %s %s" % (shown, exc.code, exc.reason))
+            got, size = _read_hashed(url, out, timeout, validate_certs)
     except Exception as exc:  # pylint: disable=broad-except
         os.unlink(path)
-        raise DevpiError("downloading %s failed: %s" % (shown, exc))
-    if digest.hexdigest() != sha256.lower():
+        raise _failed("downloading", shown, exc)
+    if got != sha256.lower():
         os.unlink(path)
         raise DevpiError("%s (%d bytes) has sha256 %s, not the publisher's %s: nothing was uploaded" % (
-            shown, size, digest.hexdigest(), sha256.lower()))
+            shown, size, got, sha256.lower()))
     return path
 
 
@@ -250,8 +254,7 @@ def wheel_fits(filename, python_version, python_platform):
     pythons, abis, platforms = parts[-3].split("."), parts[-2].split("."), parts[-1].split(".")
     minor = int(python_version.split(".")[1])
     arch, level = (python_platform.split("-", 1) + [""])[:2]
-    match = re.match(r"^manylinux_([0-9]+)_([0-9]+)$", level)
-    glibc = (int(match.group(1)), int(match.group(2))) if match else (2, 17)
+    glibc = manylinux_glibc(level) or "2.17"
 
     def python_ok(tag):
         if tag in ("py3", "py2.py3") or tag.startswith("py3"):
@@ -267,12 +270,8 @@ def wheel_fits(filename, python_version, python_platform):
             return True
         if not tag.endswith("_" + arch):
             return False
-        legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-        head = tag[: -len(arch) - 1]
-        if head in legacy:
-            return legacy[head] <= glibc
-        found = re.match(r"^manylinux_([0-9]+)_([0-9]+)$", head)
-        return bool(found) and (int(found.group(1)), int(found.group(2))) <= glibc
+        needs = manylinux_glibc(tag[: -len(arch) - 1])
+        return needs is not None and at_least(glibc, needs)
 
     return any(python_ok(t) for t in pythons) and any(platform_ok(t) for t in platforms)
 
@@ -280,21 +279,11 @@ def wheel_fits(filename, python_version, python_platform):
 def fetch_checked(url, sha256, timeout=600, validate_certs=True):
     """GET ``url`` to the end, hashing it: its size, or a DevpiError when the sha256 differs."""
     shown = strip_userinfo(url)
-    digest = hashlib.sha256()
-    size = 0
     try:
-        resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe", use_netrc=False)
-        while True:
-            chunk = resp.read(CHUNK)
-            if not chunk:
-                break
-            digest.update(chunk)
-            size += len(chunk)
-    except urllib.error.HTTPError as exc:
-        raise DevpiError("fetching %s failed: %s %s" % (shown, exc.code, exc.reason))
+        got, size = _read_hashed(url, None, timeout, validate_certs)
     except Exception as exc:  # pylint: disable=broad-except
-        raise DevpiError("fetching %s failed: %s" % (shown, exc))
-    if digest.hexdigest() != sha256:
+        raise _failed("fetching", shown, exc)
+    if got != sha256:
         raise DevpiError("%s serves %s with sha256 %s, not the lock's %s" % (
-            shown.split("/+f/", 1)[0], shown.rsplit("/", 1)[-1], digest.hexdigest(), sha256))
+            shown.split("/+f/", 1)[0], shown.rsplit("/", 1)[-1], got, sha256))
     return size

@@ -117,9 +117,9 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import (
     DevpiError,
     check_index_name,
     download_checked,
-    strip_userinfo,
     wheel_project,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import strip_userinfo
 
 
 def main():

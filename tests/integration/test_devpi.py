@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import urllib.request
 import pytest
 
 from tests.integration.test_uv_engine_env_credentials import COLLECTIONS
+from tests.unit.plugins.vllm_fakes import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -28,12 +28,6 @@ UV = REPO / ".venv" / "bin" / "uv"
 MODULES = REPO / "plugins" / "modules"
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 WHEEL = "vllm-0.11.2+cu129-cp38-abi3-manylinux_2_31_x86_64.whl"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +55,7 @@ def devpi(devpi_venv, tmp_path):
     serverdir = tmp_path / "devpi-server"
     subprocess.run([str(devpi_venv / "bin" / "devpi-init"), "--serverdir", str(serverdir), "--no-root-pypi",
                     "--root-passwd-hash", pwhash], capture_output=True, check=True)
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "devpi.log", "wb")
     proc = subprocess.Popen([str(devpi_venv / "bin" / "devpi-server"), "--serverdir", str(serverdir), "--host",
                              "127.0.0.1", "--port", str(port), "--restrict-modify", "root"],

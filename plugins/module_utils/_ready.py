@@ -161,7 +161,7 @@ class Gate:
     """
 
     def __init__(self, client, url, model, version=None, unit=None, deadline=900, wait=15,
-                 interval=1.0, api_key=None, clock=time.monotonic, sleep=time.sleep):
+                 interval=1.0, api_key=None, clock=time.monotonic, sleep=time.sleep, from_unit_start=True):
         self.client = client
         self.url = url.rstrip("/")
         self.model = model
@@ -169,6 +169,9 @@ class Gate:
         self.unit = unit
         self.deadline = deadline
         self.wait = wait
+        # False: the deadline counts from this call (a unit that has served for days is judged
+        # by a window of this run, not by how long ago it started).
+        self.from_unit_start = from_unit_start
         self.interval = interval
         self.headers = {}
         if api_key:
@@ -227,7 +230,7 @@ class Gate:
         except UnitUnreadable as exc:
             raise self._error(UnitUnreadable, "%s: %s" % (self._what(), exc.msg))
         self.result["unit_state"] = state
-        start = self.unit.start_monotonic(state)
+        start = self.unit.start_monotonic(state) if self.from_unit_start else None
         self.anchor = start if start is not None else self.called
         active = state.get("ActiveState")
         # auto-restart: the server exited and systemd waits RestartSec to start it again (its

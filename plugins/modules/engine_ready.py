@@ -77,6 +77,16 @@ options:
         say how often that happened, and the loop's retries bound it.
     type: int
     default: 900
+  deadline_from:
+    description:
+      - Where O(deadline) counts from. V(unit_start) - the unit's last start, when O(unit) is
+        given (after a (re)start - the model load counts). V(call) - the start of this call, also
+        with O(unit) - for a unit that has been serving for a while and was not restarted, judged
+        by a window of this run (a unit started days ago is not "past the deadline" because one
+        answer of a busy server was slow). A failed unit fails at once either way.
+    type: str
+    choices: [unit_start, call]
+    default: unit_start
   wait:
     description:
       - Seconds this one call keeps trying before it returns RV(ready=false). An attempt that has
@@ -267,6 +277,7 @@ def main():
             version=dict(type="str"),
             unit=dict(type="str"),
             deadline=dict(type="int", default=900),
+            deadline_from=dict(type="str", default="unit_start", choices=["unit_start", "call"]),
             wait=dict(type="int", default=15),
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="int", default=10),
@@ -286,7 +297,8 @@ def main():
                            module.get_bin_path("journalctl"), params["journal_lines"])
     client = HttpClient(timeout=params["timeout"], retries=0, validate_certs=params["validate_certs"])
     gate = _ready.Gate(client, params["url"], params["model"], version=params["version"], unit=unit,
-                       deadline=params["deadline"], wait=params["wait"], api_key=params["api_key"])
+                       deadline=params["deadline"], wait=params["wait"], api_key=params["api_key"],
+                       from_unit_start=params["deadline_from"] == "unit_start")
     try:
         result = gate.run()
     except _ready.ReadyError as exc:

@@ -44,12 +44,12 @@ def unit(tmp_path):
     return FakeUnit(tmp_path)
 
 
-def gate(url, model="m", api_key=None, unit=None, journal_lines=40, **kw):
+def gate(url, model="m", api_key=None, unit=None, journal_lines=40, deadline_from_unit=True, **kw):
     client = HttpClient(timeout=2, retries=0)
     if unit is not None:
         unit = _ready.Unit(Runner(), "vllm.service", str(unit.bin / "systemctl"), str(unit.bin / "journalctl"),
                            journal_lines)
-    return _ready.Gate(client, url, model, unit=unit, api_key=api_key, **kw)
+    return _ready.Gate(client, url, model, unit=unit, api_key=api_key, from_unit_start=deadline_from_unit, **kw)
 
 
 def timed(fn):
@@ -133,6 +133,24 @@ def test_deadline_counts_from_the_units_start_and_quotes_the_journal(servers, un
     assert exc.details["unit_state"]["NRestarts"] == 2
     assert took < 2  # at the first attempt
     assert unit.calls() == ["systemctl " + SHOW, "journalctl -u vllm.service -n 40 --no-pager -o cat"]
+
+
+def test_a_unit_started_days_ago_is_judged_by_a_window_of_this_call(servers, unit):
+    """Issue 17, item 4: on an hourly run the unit started days ago; a busy server's slow first
+    answer is "not yet" within the window of this run, not past a deadline counted from the start."""
+    fake = servers(health=[503, 200])
+    unit.set(started_ago=3 * 86400.0)
+    result = gate(fake.url, unit=unit, deadline=30, wait=30, deadline_from_unit=False).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert result["since_start_s"] < 10
+    # the same server, judged from the unit's start, fails at the first slow answer
+    fake.health = [503, 200]
+    exc, _took = timed(gate(fake.url, unit=unit, deadline=30, wait=30).run)
+    assert isinstance(exc, _ready.DeadlinePassed)
+    # a failed unit still fails at once within a window
+    unit.set(active="failed", sub="failed", result="exit-code")
+    exc, took = timed(gate(fake.url, unit=unit, deadline=30, wait=30, deadline_from_unit=False).run)
+    assert isinstance(exc, _ready.UnitDead) and took < 2
 
 
 def test_since_start_is_from_the_units_start(servers, unit):

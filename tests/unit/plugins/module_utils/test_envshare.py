@@ -199,10 +199,12 @@ def test_only_files_of_the_same_size_are_read(tmp_path, uv_bin, monkeypatch):  #
     newer[grown] = (b"T" * 6000, 0o755)
     read = []
     real = _envshare.same_bytes
-    monkeypatch.setattr(_envshare, "same_bytes", lambda one, other, size: read.append(one) or real(one, other, size))
+    # compared through descriptors: which file each is, its inode tells
+    monkeypatch.setattr(_envshare, "same_bytes",
+                        lambda one, other, size: read.append(os.fstat(one).st_ino) or real(one, other, size))
     _env, result, _fake = build(root, uv_bin, "0.11.0", newer)
     assert result["shared"]["files"] == len(FILES) - 1
-    assert len(read) == len(FILES) - 1 and not [path for path in read if path.endswith("lib.so")]
+    assert len(read) == len(FILES) - 1 and ino(root / "0.11.0" / grown) not in read
 
 
 def test_share_files_false_links_nothing(tmp_path, uv_bin):  # noqa: F811
@@ -259,6 +261,74 @@ def test_a_rename_that_fails_leaves_no_temporary_link(tmp_path, monkeypatch):
     assert sorted(os.listdir(str(tmp_path))) == ["a", "b"]
 
 
+def test_a_link_that_is_not_the_file_compared_is_removed_and_the_copy_stays(tmp_path):
+    (tmp_path / "a").write_bytes(b"x")
+    (tmp_path / "b").write_bytes(b"x")
+    before = os.lstat(str(tmp_path / "b"))
+    other = os.lstat(str(tmp_path / "b"))  # any inode but a's
+    with pytest.raises(OSError) as raised:
+        _envshare._replace_by_link(str(tmp_path / "a"), str(tmp_path / "b"),  # pylint: disable=protected-access
+                                   expect=(other.st_dev, other.st_ino))
+    assert raised.value.errno == errno.ESTALE
+    assert sorted(os.listdir(str(tmp_path))) == ["a", "b"] and ino(tmp_path / "b") == before.st_ino
+    assert nlink(tmp_path / "a") == 1
+
+
+def swap_before_link(sibling, rel, data, as_symlink=False):
+    """An ``os.link`` that first puts another file at ``sibling/rel`` (renamed over it, as anyone
+    allowed to write that directory could): after the compare, before the link."""
+    real_link = os.link
+    swapped = {}
+
+    def link(src, dst, **kw):
+        mine = os.path.dirname(dst).endswith(os.sep + os.path.dirname(rel))
+        if mine and os.path.basename(dst).startswith(".%s.llmfleet-link." % os.path.basename(rel)) and not swapped:
+            path = os.path.join(str(sibling), rel)
+            tmp = path + ".swap"
+            if as_symlink:
+                other = os.path.join(str(sibling), "elsewhere")
+                with open(other, "wb") as handle:
+                    handle.write(data)
+                os.chmod(other, os.stat(path).st_mode & 0o7777)
+                os.symlink(other, tmp)
+            else:
+                with open(tmp, "wb") as handle:
+                    handle.write(data)
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            os.rename(tmp, path)
+            swapped.update(ino=os.stat(path).st_ino, lino=os.lstat(path).st_ino)
+        return real_link(src, dst, **kw)
+
+    return link, swapped
+
+
+@pytest.mark.parametrize("data", [b"import torcx._C\n", FILES[RENAMED][0]], ids=["other-bytes", "same-bytes"])
+@pytest.mark.parametrize("as_symlink", [False, True], ids=["file", "symlink"])
+def test_a_file_swapped_in_after_the_compare_is_not_linked(tmp_path, uv_bin, monkeypatch, data, as_symlink):  # noqa: F811
+    root = tmp_path / "engines" / "vllm"
+    build(root, uv_bin, "0.10.0")
+    build(root, uv_bin, "0.11.0", share_files=False)
+    old, new = root / "0.10.0", root / "0.11.0"
+    assert len(data) == len(FILES[RENAMED][0])
+    mine = ino(new / RENAMED)
+    link, swapped = swap_before_link(old, RENAMED, data, as_symlink)
+    monkeypatch.setattr(os, "link", link)
+    shared = _envshare.share_identical_files(str(new), [str(old)])
+    assert swapped, "the swap did not run"
+    # the new environment keeps its own copy: not the file swapped in, not a link to anything
+    assert ino(new / RENAMED) == mine and nlink(new / RENAMED) == 1 and not os.path.islink(str(new / RENAMED))
+    assert (new / RENAMED).read_bytes() == FILES[RENAMED][0]
+    assert swapped["ino"] != mine and swapped["lino"] != mine
+    assert shared["files"] == len(FILES) - 1 and shared["failed"] == 1 and shared["errors"] == {"ESTALE": 1}
+    assert shared["bytes"] == sum(len(d) for rel, (d, _m) in FILES.items() if rel != RENAMED)
+    assert shared["from"] == ["0.10.0"] and shared["stopped"] is False
+    assert not [n for n in os.listdir(str(new / SITE / "torch")) if "llmfleet-link" in n]
+    # the others are the sibling's files
+    for rel in FILES:
+        if rel != RENAMED:
+            assert ino(new / rel) == ino(old / rel), rel
+
+
 def test_removing_the_older_environment_leaves_the_newer_intact(tmp_path, uv_bin):  # noqa: F811
     root = tmp_path / "engines" / "vllm"
     build(root, uv_bin, "0.10.0")
@@ -279,7 +349,7 @@ def test_a_deadline_stops_sharing_and_keeps_copies(tmp_path, uv_bin, monkeypatch
     build(root, uv_bin, "0.11.0", share_files=False)
     links = []
     real_link = os.link
-    monkeypatch.setattr(os, "link", lambda src, dst: links.append(dst) or real_link(src, dst))
+    monkeypatch.setattr(os, "link", lambda src, dst, **kw: links.append(dst) or real_link(src, dst, **kw))
     # the clock counts the links made: time runs out after two
     shared = _envshare.share_identical_files(str(root / "0.11.0"), [str(root / "0.10.0")], deadline=1.5,
                                              clock=lambda: len(links))

@@ -16,8 +16,11 @@ import urllib.request
 
 def send(port, model, timeout):
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1}).encode()
-    request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body,
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    # the servers' API key, from the environment (never on a command line)
+    if os.environ.get("LLMFLEET_CLIENT_API_KEY"):
+        headers["Authorization"] = "Bearer " + os.environ["LLMFLEET_CLIENT_API_KEY"]
+    request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         json.load(answer)
         return answer.status

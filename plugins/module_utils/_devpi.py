@@ -15,12 +15,17 @@ devpi's API, as devpi-server 6 answers it:
   ``hashes.sha256`` and a URL relative to the page;
 - ``POST /<user>/<index>/`` multipart ``:action=file_upload``, ``name``, ``version``, ``content``
   uploads a file; an identical file again is answered 200 on a non-volatile index.
+
+A password (the ``password`` given, or one in the URL's userinfo) is only ever sent over
+``https://`` or to this host's loopback (127.0.0.0/8, ``::1``, ``localhost``), unless the caller
+allows plain HTTP (``allow_plain_http_password``): see ``Devpi.check_password_transport``.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -34,12 +39,12 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.llmfleet.engines.plugins.module_utils._builds import at_least, manylinux_glibc
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, NotFoundError
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import split_userinfo, strip_userinfo
 
 try:  # Python 3
-    from urllib.parse import urljoin
+    from urllib.parse import urljoin, urlsplit
 except ImportError:  # pragma: no cover
-    from urlparse import urljoin  # type: ignore
+    from urlparse import urljoin, urlsplit  # type: ignore
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -50,6 +55,42 @@ CHUNK = 1024 * 1024
 
 class DevpiError(LlmfleetError):
     """What went wrong talking to the devpi-server, in words for the operator."""
+
+
+class PlainHttpPasswordError(DevpiError):
+    """A password would go over plain HTTP to a host that is not this one's loopback."""
+
+
+def is_loopback(host):
+    """Whether ``host`` (a URL's host: a name, an IPv4 or an IPv6 address) names this host's
+    loopback: ``localhost``, 127.0.0.0/8 or ``::1``. Any other name counts as remote, whatever
+    it resolves to."""
+    host = (host or "").strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_password_problem(url, user, allow_plain_http_password=False):
+    """None, or why a password must not be sent to ``url``: a plain ``http://`` (any scheme but
+    https) URL whose host is not this host's loopback, unless ``allow_plain_http_password``."""
+    if allow_plain_http_password:
+        return None
+    try:
+        parts = urlsplit(url or "")
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:  # an unbalanced [IPv6]: not a URL a password may go to
+        scheme, host = "", None
+    if scheme == "https" or is_loopback(host):
+        return None
+    return ("refusing to send the password of devpi user %s to %s over plain HTTP (%s): anyone on the network"
+            " between could read it. Put TLS in front of devpi-server (a reverse proxy such as nginx or caddy"
+            " with a certificate) and use its https:// URL, or reach it on the loopback (127.0.0.1); to send"
+            " it in the clear anyway, set allow_plain_http_password=true (the roles engine_cache and engine_node:"
+            " engine_cache_allow_plain_http_password=true)" % (user, host or "(no host)", strip_userinfo(url)))
 
 
 def wheel_project(filename):
@@ -70,22 +111,38 @@ def check_index_name(name):
 class Devpi(object):
     """One devpi-server at ``url`` (its base, e.g. ``http://cache:3141``)."""
 
-    def __init__(self, url, user="root", password="", timeout=60, retries=3, validate_certs=True):
+    def __init__(self, url, user="root", password="", timeout=60, retries=3, validate_certs=True,
+                 allow_plain_http_password=False):
         self.url = url.rstrip("/")
         self.shown = strip_userinfo(self.url)
         self.user = user
         self.password = password
         self.timeout = timeout
         self.validate_certs = validate_certs
+        self.allow_plain_http_password = allow_plain_http_password
+        url_password = split_userinfo(self.url)[2]
         self.http = HttpClient(timeout=timeout, retries=retries, validate_certs=validate_certs,
-                               secrets=[password] if password else [])
+                               secrets=[s for s in (password, url_password) if s])
         self._auth = None
 
     # -- session --------------------------------------------------------------------------------
+    def check_password_transport(self):
+        """Raise a PlainHttpPasswordError when a password (``password``, or one in the URL) would
+        go to a host that is not this host's loopback over plain HTTP, and the caller did not allow
+        it. Called before anything is sent: by ``login``, and by the modules when they start."""
+        _url, url_user, url_password = split_userinfo(self.url)
+        if not (self.password or url_password):
+            return
+        user = self.user if self.password else (url_user or self.user)
+        problem = plain_http_password_problem(self.url, user, self.allow_plain_http_password)
+        if problem:
+            raise PlainHttpPasswordError(problem)
+
     def login(self):
         """Log in as ``user`` once; the token is kept for the later requests."""
         if self._auth is not None:
             return
+        self.check_password_transport()
         try:
             data = self.http.post_json(self.url + "/+login", {"user": self.user, "password": self.password})[0]
         except NotFoundError:

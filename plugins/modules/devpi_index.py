@@ -19,6 +19,8 @@ description:
   - Reads first and logs in only when something must change, so a run with nothing to do makes no
     login. Supports check mode and diff.
   - Used by the role llmfleet.engines.engine_cache on the cache host.
+  - The password goes only over C(https://) or to this host's loopback, unless
+    O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -71,6 +73,15 @@ options:
     description: Check the server's TLS certificate.
     type: bool
     default: true
+  allow_plain_http_password:
+    description:
+      - Send the password over plain C(http://) to a host that is not this host's loopback
+        (C(127.0.0.0/8), C(::1), C(localhost)). By default the module refuses, before it sends
+        anything, since anyone on the network between could read the password.
+      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
+        or caddy with a certificate) and give its C(https://) URL as O(url).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -81,6 +92,13 @@ EXAMPLES = r"""
     indexes:
       - {name: root/pypi, type: mirror, mirror_url: "https://pypi.org/simple/"}
       - {name: root/github, type: stage, bases: [], volatile: false}
+
+- name: The same indexes, on a cache behind a TLS reverse proxy
+  llmfleet.engines.devpi_index:
+    url: https://cache.example
+    password: "{{ engine_cache_password }}"
+    indexes:
+      - {name: root/pypi, type: mirror, mirror_url: "https://pypi.org/simple/"}
 """
 
 RETURN = r"""
@@ -153,6 +171,7 @@ def main():
             )),
             timeout=dict(type="int", default=60),
             validate_certs=dict(type="bool", default=True),
+            allow_plain_http_password=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -161,10 +180,13 @@ def main():
         problem = entry_problem(entry, p["user"])
         if problem:
             module.fail_json(msg="indexes: %s" % problem)
-    devpi = Devpi(p["url"], p["user"], p["password"], timeout=p["timeout"], validate_certs=p["validate_certs"])
+    devpi = Devpi(p["url"], p["user"], p["password"], timeout=p["timeout"], validate_certs=p["validate_certs"],
+                  allow_plain_http_password=p["allow_plain_http_password"])
     created, changed, now = [], {}, {}
     before, after = {}, {}
     try:
+        # refused before anything is read, so that a run with nothing to change fails the same way
+        devpi.check_password_transport()
         for entry in p["indexes"]:
             name = entry["name"]
             want = wanted_settings(entry)

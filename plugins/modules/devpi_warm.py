@@ -21,6 +21,8 @@ description:
   - Reads only, as far as the fleet is concerned (C(changed) is always false); it also runs in
     check mode (where a server that does not answer yet is not an error). llmfleet.engines.engine_node
     runs it on the controller, once per fleet lock, when C(engine_node_cache_url) is set.
+  - It sends no password; one in O(url)'s userinfo goes only over C(https://) or to this host's
+    loopback, unless O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -53,6 +55,15 @@ options:
     description: Check the server's TLS certificate.
     type: bool
     default: true
+  allow_plain_http_password:
+    description:
+      - Send a password that O(url) carries (C(http://user:password@host/)) over plain C(http://)
+        to a host that is not this host's loopback (C(127.0.0.0/8), C(::1), C(localhost)). By
+        default the module refuses, since anyone on the network between could read it.
+      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
+        or caddy with a certificate) and give its C(https://) URL as O(url).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -101,6 +112,7 @@ def main():
             python_platform=dict(type="str", required=True),
             timeout=dict(type="int", default=600),
             validate_certs=dict(type="bool", default=True),
+            allow_plain_http_password=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -109,7 +121,13 @@ def main():
         problem = check_index_name(name)
         if problem:
             module.fail_json(msg="indexes: %s" % problem)
-    devpi = Devpi(p["url"], timeout=p["timeout"], validate_certs=p["validate_certs"])
+    devpi = Devpi(p["url"], timeout=p["timeout"], validate_certs=p["validate_certs"],
+                  allow_plain_http_password=p["allow_plain_http_password"])
+    try:
+        devpi.check_password_transport()
+    except DevpiError as exc:
+        # before anything is read, in check mode too
+        module.fail_json(msg=str(exc), files=[])
     files = []
     try:
         for key, entry in sorted(parse_lock(p["lock"]).items()):

@@ -23,6 +23,9 @@ description:
     llmfleet.engines.engine_node does so for builds from a GitHub release when
     C(engine_node_cache_url) is set. Check mode reports what would be uploaded, also when the
     server does not answer yet (a cache the same check run would set up).
+  - The password goes only over C(https://) or to this host's loopback. Given with a plain
+    C(http://) O(url) to another host, the task fails before anything is downloaded or sent, unless
+    O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -65,12 +68,21 @@ options:
     description: Check TLS certificates (of the devpi-server and of O(src)).
     type: bool
     default: true
+  allow_plain_http_password:
+    description:
+      - Send the password over plain C(http://) to a host that is not this host's loopback
+        (C(127.0.0.0/8), C(::1), C(localhost)). By default the module refuses when a password is
+        given, since anyone on the network between could read it.
+      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
+        or caddy with a certificate) and give its C(https://) URL as O(url).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
 - name: Put the CUDA 12.9 build of vLLM 0.11.2 into the fleet cache
   llmfleet.engines.devpi_wheel:
-    url: http://cache.example:3141
+    url: https://cache.example
     password: "{{ engine_cache_password }}"
     src: "{{ asset.url }}"
     sha256: "{{ asset.sha256 }}"
@@ -135,6 +147,7 @@ def main():
             tmp_dir=dict(type="path"),
             timeout=dict(type="int", default=60),
             validate_certs=dict(type="bool", default=True),
+            allow_plain_http_password=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -151,8 +164,11 @@ def main():
         project, version = wheel_project(filename)
     except DevpiError as exc:
         module.fail_json(msg="filename: %s" % exc, **result)
-    devpi = Devpi(p["url"], p["user"], p["password"], timeout=p["timeout"], validate_certs=p["validate_certs"])
+    devpi = Devpi(p["url"], p["user"], p["password"], timeout=p["timeout"], validate_certs=p["validate_certs"],
+                  allow_plain_http_password=p["allow_plain_http_password"])
     try:
+        # refused before anything is read or downloaded, whether or not this run would upload
+        devpi.check_password_transport()
         try:
             listed = [f for f in devpi.project_files(p["index"], project) if f["filename"] == filename]
         except DevpiError as exc:

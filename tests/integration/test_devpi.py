@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from tests.integration.test_uv_engine_env_credentials import COLLECTIONS
+from tests.unit.roles.test_engine_cache_devpi_init import init_command
 from tests.unit.plugins.vllm_fakes import free_port
 
 pytestmark = pytest.mark.integration
@@ -48,13 +49,12 @@ def devpi_venv(tmp_path_factory):
 def devpi(devpi_venv, tmp_path):
     """A fresh devpi-server with a random root password: (url, password)."""
     password = secrets.token_urlsafe(16)
-    pwhash = subprocess.run([str(devpi_venv / "bin" / "python"), "-c",
-                             "import sys; from devpi_server.auth import hash_password;"
-                             " print(hash_password(sys.stdin.read()))"],
-                            input=password, capture_output=True, text=True, check=True).stdout.strip()
-    serverdir = tmp_path / "devpi-server"
-    subprocess.run([str(devpi_venv / "bin" / "devpi-init"), "--serverdir", str(serverdir), "--no-root-pypi",
-                    "--root-passwd-hash", pwhash], capture_output=True, check=True)
+    # initialized as the engine_cache role does it: its own task's argv, the password on stdin, the
+    # hash in devpi-init's environment (the logins below prove devpi-init took it from there)
+    _task, argv, stdin = init_command(devpi_venv, tmp_path, password)
+    serverdir = tmp_path / "server"
+    serverdir.mkdir()
+    subprocess.run(argv, input=stdin, text=True, capture_output=True, check=True)
     port = free_port()
     log = open(tmp_path / "devpi.log", "wb")
     proc = subprocess.Popen([str(devpi_venv / "bin" / "devpi-server"), "--serverdir", str(serverdir), "--host",

@@ -1,12 +1,16 @@
-"""The pure parts of _devpi: which wheels fit a node, a wheel's project, index names, credentials."""
+"""The pure parts of _devpi: which wheels fit a node, a wheel's project, index names, credentials,
+and where a password may be sent."""
 
 from __future__ import annotations
 
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import (
+    Devpi,
     DevpiError,
+    PlainHttpPasswordError,
     check_index_name,
+    plain_http_password_problem,
     strip_userinfo,
     wheel_fits,
     wheel_project,
@@ -50,3 +54,82 @@ def test_index_names(name, ok):
 def test_credentials_are_left_out_of_urls_shown():
     assert strip_userinfo("http://root:s3cret@cache:3141/root/pypi") == "http://cache:3141/root/pypi"
     assert strip_userinfo("http://cache:3141/x") == "http://cache:3141/x"
+
+
+# -- a password goes only over https or to the loopback (issue 17) ---------------------------------
+@pytest.mark.parametrize("url, allowed, refused", [
+    ("http://127.0.0.1:3141", False, False),
+    ("http://127.9.9.9:3141", False, False),
+    ("http://[::1]:3141/", False, False),
+    ("http://localhost:3141", False, False),
+    ("http://LocalHost.:3141", False, False),
+    ("https://cache.example", False, False),
+    ("HTTPS://cache.example:8443/devpi", False, False),
+    ("http://cache.example:3141", False, True),
+    ("http://10.0.0.5:3141", False, True),
+    ("http://127.0.0.1.nip.io:3141", False, True),
+    ("http://[::ffff:10.0.0.5]:3141", False, True),
+    ("http://root:s3cret@cache.example:3141", False, True),
+    ("http://[::1", False, True),
+    # the option lets it go in the clear
+    ("http://cache.example:3141", True, False),
+    ("http://10.0.0.5:3141", True, False),
+])
+def test_plain_http_password_problem(url, allowed, refused):
+    problem = plain_http_password_problem(url, "root", allowed)
+    assert (problem is not None) is refused, problem
+    if refused:
+        assert "allow_plain_http_password=true" in problem
+        assert "engine_cache_allow_plain_http_password" in problem
+        assert "nginx or caddy" in problem and "https://" in problem
+        assert "s3cret" not in problem
+
+
+def test_the_refusal_names_the_host_and_the_user():
+    problem = plain_http_password_problem("http://cache.example:3141", "uploader")
+    assert problem.startswith("refusing to send the password of devpi user uploader to cache.example over plain"
+                              " HTTP (http://cache.example:3141)")
+
+
+@pytest.fixture
+def no_http(monkeypatch):
+    """Every request recorded, none answered: a refusal must come before any of them."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils import _devpi, _http
+
+    calls = []
+
+    def record(url, **kwargs):
+        calls.append((url, kwargs.get("data")))
+        raise AssertionError("a request was made to %s" % url)
+
+    monkeypatch.setattr(_http, "open_url", record)
+    monkeypatch.setattr(_devpi, "open_url", record)
+    return calls
+
+
+@pytest.mark.parametrize("url, password", [
+    ("http://cache.example:3141", "s3cret"),
+    ("http://root:s3cret@cache.example:3141", ""),
+])
+def test_login_over_plain_http_to_another_host_sends_nothing(no_http, url, password):
+    devpi = Devpi(url, "root", password)
+    with pytest.raises(PlainHttpPasswordError, match="to cache.example over plain HTTP"):
+        devpi.login()
+    with pytest.raises(PlainHttpPasswordError):
+        devpi.upload("root/github", "/nonexistent.whl", "x-1.0-py3-none-any.whl", "x", "1.0")
+    assert no_http == []
+
+
+def test_login_over_plain_http_is_sent_when_allowed_or_local(no_http):
+    for devpi in (Devpi("http://cache.example:3141", "root", "s3cret", retries=1, allow_plain_http_password=True),
+                  Devpi("http://127.0.0.1:3141", "root", "s3cret", retries=1),
+                  Devpi("https://cache.example", "root", "s3cret", retries=1)):
+        devpi.check_password_transport()
+        with pytest.raises(AssertionError, match="a request was made to .*/\\+login"):
+            devpi.login()
+    assert len(no_http) == 3
+
+
+def test_no_password_nothing_to_refuse(no_http):
+    Devpi("http://cache.example:3141").check_password_transport()
+    Devpi("http://root@cache.example:3141").check_password_transport()

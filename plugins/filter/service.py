@@ -2,11 +2,19 @@
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The engine_service role's decisions, as filters: what is wrong with a host's served models,
-and the systemd unit of each model (name, command line, environment), so that the role's task
-files and its unit template hold no logic of their own.
+the systemd unit of each model (rendered here, line by line, from validated values) and its
+root-only secrets file, so that the role's task files and its unit template hold no logic.
 
-Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``. Documentation: one
-``<filter>.yml`` per filter beside this file.
+Unit files are data: every value that reaches a unit is refused when it holds a control
+character (it would end the line and start a directive of its own) and escaped by systemd's
+rules everywhere else - ``%`` (specifiers) as ``%%``, ``$`` in ``ExecStart=`` as ``$$``,
+backslashes and double quotes inside double quotes. Secrets (API key, Hugging Face token)
+never reach the unit, argv or what ``engine_service_units`` returns: they go to an
+``EnvironmentFile=`` (``engine_service_secret_file``) that the role writes root-only.
+
+Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``; what systemd itself makes of
+the rendered units: ``tests/unit/plugins/filter/test_service_units_systemd.py``.
+Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
 from __future__ import annotations
@@ -17,11 +25,62 @@ import re
 from ansible.errors import AnsibleFilterError
 
 # A unit instance name: systemd accepts more, but these names also make directory names.
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_DIR_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]*")
+_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+# What ends or breaks a line of a unit file or of an environment file: C0 controls (newline,
+# carriage return, tab, NUL, ...), DEL, C1 controls; and lone surrogates (not UTF-8 at all).
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_ALLOWED = ("text without control characters (newline, carriage return, tab, NUL, DEL: they would end"
+                    " the unit file's line and start directives of their own)")
+# Path parts the unit names unquoted (WorkingDirectory=, ReadWritePaths=, EnvironmentFile=): no
+# whitespace, quotes, backslashes, % (specifiers) or $.
+_PATH_PART_RE = re.compile(r"[A-Za-z0-9._+@-]+")
+_PATH_ALLOWED = ("an absolute path of letters, digits, '.', '_', '+', '@', '-' and '/', without '.' or '..' parts,"
+                 " not / and not under /home, /root or /run/user (ProtectHome=yes hides them)")
+# An ExecStart= word that needs no quotes (and no escapes but the two below).
+_PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+
 # The options the role sets itself on the command line: a model's args must not repeat them.
 OWNED_ARGS = ("--host", "--port", "--served-model-name", "--shutdown-timeout")
+# Options that would put a secret in the world-readable unit and in argv, and what to use instead.
+SECRET_ARGS = {"--api-key": "api_key (of the model) or engine_service_api_key",
+               "--hf-token": "engine_service_hf_token"}
+# Variables that hold secrets: refused in the unit's (world-readable) environment.
+SECRET_NAMES = {"VLLM_API_KEY": "api_key (of the model) or engine_service_api_key",
+                "HF_TOKEN": "engine_service_hf_token",
+                "HUGGING_FACE_HUB_TOKEN": "engine_service_hf_token"}
+# Variables whose value is a directory the service writes: made writable (ReadWritePaths=).
+PATH_NAMES = ("HOME", "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "XDG_CACHE_HOME")
 UNIT_PREFIX = "llmfleet-vllm-"
+# systemd waits this much longer than vLLM's --shutdown-timeout before it kills (TimeoutStopSec=).
+STOP_MARGIN_S = 30
+MIN_LIMIT_NOFILE = 1024
+SECRETS_DIR = "/etc/llmfleet/engine_service"
+MODEL_KEYS = ("name", "model", "port", "args", "environment", "api_key")
+
+# Hardening that vLLM tolerates, each with why it is there, and what is left out on purpose.
+HARDENING = (
+    ("NoNewPrivileges=yes", "no privilege gained through setuid binaries, nvidia-modprobe included: the GPU's"
+                            " device nodes must exist before the start (nvidia-persistenced)"),
+    ("PrivateTmp=yes", "a /tmp and /var/tmp of its own (vLLM's IPC paths and Inductor's scratch files)"),
+    ("ProtectHome=yes", "/home, /root and /run/user hidden; HOME is <root>/serve"),
+    ("ProtectKernelModules=yes", "no module loading"),
+    ("ProtectKernelTunables=yes", "/proc/sys and /sys read-only"),
+    ("ProtectControlGroups=yes", "the cgroup tree read-only"),
+    ("RestrictSUIDSGID=yes", "no setuid/setgid files made"),
+    ("LockPersonality=yes", "no personality(2) changes"),
+    ("RestrictRealtime=yes", "no realtime scheduling"),
+)
+LEFT_OUT = (
+    ("PrivateDevices=", "would hide the GPUs (/dev/nvidia*)"),
+    ("ProtectClock=", "installs a device allow-list that denies /dev/nvidia*"),
+    ("MemoryDenyWriteExecute=", "Triton, Inductor and CUDA JIT-compile into writable, executable memory"),
+    ("RestrictAddressFamilies=", "NCCL, Gloo and Ray use netlink, unix and IP sockets (and InfiniBand more)"),
+    ("IPAddressDeny=", "multi-node parallelism and model downloads connect out"),
+    ("SystemCallFilter=", "CUDA, NCCL and PyTorch make calls outside systemd's usual sets"),
+)
 
 
 def _json(value):
@@ -33,35 +92,123 @@ def _json(value):
 
 def _port(value):
     """The port as an int, or None when it is not a whole number in 1..65535 (bools are not)."""
+    return _whole(value, 1, 65535)
+
+
+def _whole(value, low, high=None):
+    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and re.match(r"^[0-9]{1,5}$", value.strip()):
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,10}", value.strip()):
         number = int(value.strip())
     else:
         return None
-    return number if 1 <= number <= 65535 else None
+    return number if number >= low and (high is None or number <= high) else None
 
 
-def engine_service_problems(models):
-    """What is wrong with a host's ``engine_service_models``, one text per problem; empty when nothing is."""
-    where = "variable engine_service_models"
-    if not isinstance(models, list):
-        return ["%s is %s, allowed: a list of models, each {name, model, port[, args, environment]}"
-                % (where, _json(models))]
+def _control(value):
+    """True when the text has a control character (or is not valid text at all)."""
+    return bool(_CONTROL_RE.search(str(value)))
+
+
+def _path_problem(value):
+    """None when ``value`` is a path the unit can name unquoted and the service may write, else why not."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        return _PATH_ALLOWED
+    parts = value.rstrip("/").split("/")[1:]
+    if not parts or not all(_PATH_PART_RE.fullmatch(p) and p not in (".", "..") for p in parts):
+        return _PATH_ALLOWED
+    if parts[0] in ("home", "root") or parts[:2] == ["run", "user"]:
+        return _PATH_ALLOWED
+    return None
+
+
+def _scalar(value):
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+
+
+def _environment_problems(env, where, secret=False):
+    """Problems of an environment mapping (``where`` is its variable path)."""
+    if not isinstance(env, dict):
+        return ["%s is %s, allowed: a mapping of environment variable names to values"
+                % (where, "a " + type(env).__name__ if secret else _json(env))]
     out = []
+    for key in env:
+        if not isinstance(key, str) or not _ENV_NAME_RE.fullmatch(key):
+            out.append("%s has the name %s, allowed: names of letters, digits and _, not starting with a digit"
+                       % (where, _json(key)))
+            continue
+        value = env[key]
+        item = "%s.%s" % (where, key)
+        if secret:
+            if key in ("VLLM_API_KEY", "HF_TOKEN"):
+                out.append("%s sets %s, which %s sets: use that" % (where, key, SECRET_NAMES[key]))
+            elif key in PATH_NAMES:
+                out.append("%s sets %s, which the role sets in the unit: use engine_service_environment" % (where, key))
+            elif not _scalar(value):
+                out.append("%s is a %s (a secret, not shown), allowed: a string" % (item, type(value).__name__))
+            elif _control(value):
+                out.append("%s has a control character (a secret, not shown), allowed: %s" % (item, _CONTROL_ALLOWED))
+            continue
+        if key in SECRET_NAMES:
+            out.append("%s sets %s, a secret, in the world-readable unit file: use %s (a root-only EnvironmentFile)"
+                       % (where, key, SECRET_NAMES[key]))
+        elif not _scalar(value):
+            out.append("%s is %s, allowed: a string or a number" % (item, _json(value)))
+        elif _control(value):
+            out.append("%s is %s, allowed: %s" % (item, _json(value), _CONTROL_ALLOWED))
+        elif key in PATH_NAMES and _path_problem(value):
+            out.append("%s is %s, allowed: %s (the service writes there: ReadWritePaths=)"
+                       % (item, _json(value), _path_problem(value)))
+    return out
+
+
+def _arg_sets(arg, options):
+    """The option of ``options`` that the command-line word ``arg`` sets (argparse takes unambiguous
+    prefixes: ``--api-k`` is ``--api-key``), or None."""
+    word = str(arg).split("=", 1)[0]
+    if not word.startswith("--") or len(word) < 5:
+        return None
+    for option in options:
+        if option.startswith(word):
+            return option
+    return None
+
+
+def _secret_problem(value, where):
+    """The problem of a secret value (never shown), or None."""
+    if not isinstance(value, str):
+        return "%s is a %s (a secret, not shown), allowed: a string (quote it)" % (where, type(value).__name__)
+    if _control(value):
+        return "%s has a control character (a secret, not shown), allowed: %s" % (where, _CONTROL_ALLOWED)
+    return None
+
+
+def engine_service_problems(models, environment=None, secret_environment=None, api_key="", hf_token="", root=None,
+                            user=None, host=None, shutdown_timeout=None, ready_timeout=None, limit_nofile=None,
+                            secrets_dir=None):
+    """What is wrong with a host's ``engine_service_models`` (and, when given, the role variables that reach
+    its units), one text per problem; empty when nothing is. Secret values are never shown."""
+    where = "variable engine_service_models"
+    out = []
+    if not isinstance(models, list):
+        out.append("%s is %s, allowed: a list of models, each {name, model, port[, args, environment, api_key]}"
+                   % (where, _json(models)))
+        models = []
     names, ports = {}, {}
     for index, entry in enumerate(models):
         item = "%s[%d]" % (where, index)
         if not isinstance(entry, dict):
-            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment]}" % (item, _json(entry)))
+            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment, api_key]}"
+                       % (item, _json(entry)))
             continue
-        unknown = sorted(set(entry) - {"name", "model", "port", "args", "environment"})
+        unknown = sorted(str(k) for k in set(entry) - set(MODEL_KEYS))
         if unknown:
-            out.append("%s has %s, allowed keys: name, model, port, args, environment" % (item, ", ".join(unknown)))
+            out.append("%s has %s, allowed keys: %s" % (item, ", ".join(unknown), ", ".join(MODEL_KEYS)))
         name = entry.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             out.append("%s.name is %s, allowed: 1-48 of a-z, 0-9 and -, starting with a letter or digit"
                        " (it names the unit %s<name>.service)" % (item, _json(name), UNIT_PREFIX))
         elif name in names:
@@ -69,9 +216,11 @@ def engine_service_problems(models):
         else:
             names[name] = index
         model = entry.get("model")
-        if not isinstance(model, str) or not model.strip():
+        if not isinstance(model, str) or not model.strip() or model.startswith("-"):
             out.append("%s.model is %s, allowed: a model name (org/model) or an absolute path on the node"
                        % (item, _json(model)))
+        elif _control(model):
+            out.append("%s.model is %s, allowed: %s" % (item, _json(model), _CONTROL_ALLOWED))
         port = _port(entry.get("port"))
         if port is None:
             out.append("%s.port is %s, allowed: a whole number from 1 to 65535" % (item, _json(entry.get("port"))))
@@ -80,55 +229,180 @@ def engine_service_problems(models):
         else:
             ports[port] = index
         args = entry.get("args", [])
-        if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
-                                                 for a in args):
+        if not isinstance(args, list) or not all(_scalar(a) for a in args):
             out.append("%s.args is %s, allowed: a list of command-line arguments (strings)" % (item, _json(args)))
         else:
-            owned = sorted({str(a).split("=", 1)[0] for a in args} & set(OWNED_ARGS))
+            for position, arg in enumerate(args):
+                if _control(arg):
+                    out.append("%s.args[%d] is %s, allowed: %s" % (item, position, _json(arg), _CONTROL_ALLOWED))
+            owned = sorted({_arg_sets(a, OWNED_ARGS) for a in args} - {None})
             if owned:
                 out.append("%s.args sets %s, which the role sets itself: use name, port, engine_service_host"
                            " or engine_service_shutdown_timeout" % (item, ", ".join(owned)))
-        env = entry.get("environment", {})
-        if not isinstance(env, dict) or not all(isinstance(k, str) and _ENV_NAME_RE.match(k) for k in env):
-            out.append("%s.environment is %s, allowed: a mapping of environment variable names to values"
-                       % (item, _json(env)))
+            for option in sorted({_arg_sets(a, SECRET_ARGS) for a in args} - {None}):
+                out.append("%s.args sets %s, which would put a secret in the world-readable unit and in argv:"
+                           " use %s (a root-only EnvironmentFile)" % (item, option, SECRET_ARGS[option]))
+        out.extend(_environment_problems(entry.get("environment", {}), item + ".environment"))
+        if "api_key" in entry:
+            problem = _secret_problem(entry["api_key"], item + ".api_key")
+            if problem is None and not entry["api_key"]:
+                problem = ("%s.api_key is empty, allowed: the model's API key (leave api_key out for"
+                           " engine_service_api_key)" % item)
+            if problem:
+                out.append(problem)
+    out.extend(_role_problems(environment, secret_environment, api_key, hf_token, root, user, host,
+                              shutdown_timeout, ready_timeout, limit_nofile, secrets_dir))
+    if isinstance(secret_environment, dict):
+        # EnvironmentFile= would silently win over Environment=: one place per variable.
+        for env, variable in [(environment, "engine_service_environment")] + [
+                (entry.get("environment"), "engine_service_models[%d].environment" % index)
+                for index, entry in enumerate(models) if isinstance(entry, dict)]:
+            both = sorted(set(env) & set(secret_environment)) if isinstance(env, dict) else []
+            if both:
+                out.append("variable engine_service_secret_environment sets %s, which %s sets too: set it in one"
+                           " of them" % (", ".join(str(k) for k in both), variable))
     return out
 
 
-def _systemd_word(text):
-    """One argument of ExecStart=: double-quoted when it needs to be, with systemd's escapes."""
-    text = str(text).replace("%", "%%")
-    if text and re.match(r"^[A-Za-z0-9_@%+=:,./-]+$", text):
-        return text
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+def _role_problems(environment, secret_environment, api_key, hf_token, root, user, host, shutdown_timeout,
+                   ready_timeout, limit_nofile, secrets_dir):
+    """Problems of the role variables that reach the units (each checked only when given)."""
+    out = []
+    if environment is not None:
+        out.extend(_environment_problems(environment, "variable engine_service_environment"))
+    if secret_environment is not None:
+        out.extend(_environment_problems(secret_environment, "variable engine_service_secret_environment",
+                                         secret=True))
+    for value, variable in ((api_key, "engine_service_api_key"), (hf_token, "engine_service_hf_token")):
+        if value is not None:
+            problem = _secret_problem(value, "variable " + variable)
+            if problem:
+                out.append(problem)
+    for value, variable in ((root, "engine_service_root"), (secrets_dir, "engine_service_secrets_dir")):
+        if value is not None and _path_problem(value):
+            out.append("variable %s is %s, allowed: %s" % (variable, _json(value), _path_problem(value)))
+    if user is not None and (not isinstance(user, str) or not _USER_RE.fullmatch(user)):
+        out.append("variable engine_service_user is %s, allowed: a system user name (1-32 of a-z, 0-9, _ and -,"
+                   " starting with a letter or _)" % _json(user))
+    if host is not None and (not isinstance(host, str) or _control(host)):
+        out.append("variable engine_service_host is %s, allowed: an address (%s)" % (_json(host), _CONTROL_ALLOWED))
+    if shutdown_timeout is not None and _whole(shutdown_timeout, 0) is None:
+        out.append("variable engine_service_shutdown_timeout is %s, allowed: a whole number of seconds"
+                   % _json(shutdown_timeout))
+    if ready_timeout is not None and _whole(ready_timeout, 1) is None:
+        out.append("variable engine_service_ready_timeout is %s, allowed: a whole number of seconds, 1 or more"
+                   % _json(ready_timeout))
+    if limit_nofile is not None and _whole(limit_nofile, MIN_LIMIT_NOFILE) is None:
+        out.append("variable engine_service_limit_nofile is %s, allowed: a whole number, %d or more"
+                   % (_json(limit_nofile), MIN_LIMIT_NOFILE))
+    return out
 
 
-def _systemd_env(key, value):
-    return '"%s=%s"' % (key, str(value).replace("%", "%%").replace("\\", "\\\\").replace('"', '\\"'))
+def _exec_word(text):
+    """One word of ExecStart= that systemd reads back as ``text``: double-quoted unless it is plain, with
+    ``\\`` and ``"`` escaped inside the quotes, ``%`` as ``%%`` (specifiers are expanded on the whole line
+    before it is split) and ``$`` as ``$$`` (variables are expanded in each word when the command runs)."""
+    text = str(text)
+    if not _PLAIN_WORD_RE.fullmatch(text):
+        text = '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
+    return text.replace("%", "%%").replace("$", "$$")
 
 
-def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None):
-    """The unit of each served model: ``[{name, unit, port, model, url, exec_start, environment}]``.
+def _environment_word(key, value):
+    """One assignment of Environment=: the whole of it double-quoted, ``\\`` and ``"`` escaped, ``%`` as ``%%``
+    (specifiers are expanded in each assignment after unquoting; ``$`` means nothing there)."""
+    text = "%s=%s" % (key, value)
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def _env_file_value(value):
+    """A value of an EnvironmentFile=, double-quoted: inside, systemd (like a shell) reads ``\\`` followed by one of
+    ``"\\`$`` as that character and expands nothing (no variables, no specifiers)."""
+    out = str(value)
+    for char in ("\\", '"', "`", "$"):
+        out = out.replace(char, "\\" + char)
+    return '"%s"' % out
+
+
+def _fail(where, problems):
+    if problems:
+        raise AnsibleFilterError("%s: %s" % (where, "; ".join(problems)))
+
+
+def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_name):
+    """The unit file of one model, line by line, from validated values only."""
+    lines = [
+        "[Unit]",
+        "Description=vLLM serving %s (%s), managed by llmfleet.engines" % (unit["name"], env_name),
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "",
+        "[Service]",
+        "Type=exec",
+        "User=%s" % user,
+        "Group=%s" % user,
+        "WorkingDirectory=%s" % unit["working_directory"],
+    ]
+    lines += ["Environment=%s" % word for word in unit["environment"]]
+    lines += [
+        "# The secrets (VLLM_API_KEY, HF_TOKEN, engine_service_secret_environment), root-only (0600), read by",
+        "# systemd before it starts the service. No '-': without the file the unit does not start (rather",
+        "# than serve without its API key).",
+        "EnvironmentFile=%s" % unit["environment_file"],
+        "ExecStart=%s" % unit["exec_start"],
+        "Restart=on-failure",
+        "RestartSec=5",
+        "TimeoutStartSec=%d" % ready_timeout,
+        "KillSignal=SIGTERM",
+        "# vLLM's --shutdown-timeout (%d s) lets in-flight requests finish; systemd waits %d s more, then kills."
+        % (shutdown_timeout, STOP_MARGIN_S),
+        "TimeoutStopSec=%d" % (shutdown_timeout + STOP_MARGIN_S),
+        "# vLLM with tensor parallelism: every worker holds many files (shared memory, sockets, NCCL).",
+        "LimitNOFILE=%d" % limit_nofile,
+        "",
+        "# Hardening that vLLM tolerates.",
+        "# The file system read-only but /dev (so /dev/shm, NCCL's shared memory, stays writable), /proc, /sys",
+        "# and what the service writes: its home and working directories, its caches.",
+        "ProtectSystem=strict",
+        "ReadWritePaths=%s" % " ".join(unit["writable_dirs"]),
+    ]
+    for setting, why in HARDENING:
+        lines += ["# %s" % why, setting]
+    lines.append("# Left out on purpose, as they break vLLM:")
+    lines += ["# %s %s" % (setting, why) for setting, why in LEFT_OUT]
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None,
+                         user="llmfleet-vllm", ready_timeout=900, limit_nofile=65536, secrets_dir=SECRETS_DIR,
+                         api_key=""):
+    """The unit of each served model: ``[{name, unit, port, model, url, argv, exec_start, environment, cache_dirs,
+    working_directory, writable_dirs, environment_file, api_key_from, text}]``.
 
     ``env_name`` is the environment the unit starts (``<version>-<build>``, where ``current``
     points then): vLLM's, Triton's and FlashInfer's compiled caches are kept per environment, so
-    a new version never loads kernels another one compiled.
+    a new version never loads kernels another one compiled. ``api_key`` (``engine_service_api_key``, or
+    whether it is set, a bool) only decides ``api_key_from``: no secret is returned.
     """
-    problems = engine_service_problems(models)
-    if problems:
-        raise AnsibleFilterError("engine_service_units: " + "; ".join(problems))
-    if not isinstance(root, str) or not root.startswith("/"):
-        raise AnsibleFilterError("engine_service_units: root must be an absolute path, not %s" % _json(root))
-    if not isinstance(env_name, str) or not re.match(r"^[0-9A-Za-z.+_-]+$", env_name):
+    _fail("engine_service_units", engine_service_problems(
+        models, environment=environment or {}, api_key=None if isinstance(api_key, bool) else api_key,
+        root=root, user=user, host=host,
+        shutdown_timeout=shutdown_timeout, ready_timeout=ready_timeout, limit_nofile=limit_nofile,
+        secrets_dir=secrets_dir))
+    if not isinstance(env_name, str) or not _ENV_DIR_RE.fullmatch(env_name):
         raise AnsibleFilterError("engine_service_units: env_name must be an environment's name, not %s"
                                  % _json(env_name))
     root = root.rstrip("/")
+    secrets_dir = secrets_dir.rstrip("/")
+    shutdown_timeout, ready_timeout, limit_nofile = int(shutdown_timeout), int(ready_timeout), int(limit_nofile)
     common = dict(environment or {})
     out = []
     for entry in models:
         port = _port(entry["port"])
         cache = "%s/cache" % root
         env = {
+            "HOME": "%s/serve" % root,
             "HF_HOME": "%s/huggingface" % cache,
             "VLLM_CACHE_ROOT": "%s/vllm/%s" % (cache, env_name),
             "TRITON_CACHE_DIR": "%s/triton/%s" % (cache, env_name),
@@ -137,23 +411,58 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
         }
         env.update(common)
         env.update(entry.get("environment") or {})
+        env = {key: str(value) for key, value in env.items()}
         argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"], "--host", host,
                 "--port", str(port), "--served-model-name", entry["name"],
-                "--shutdown-timeout", str(int(shutdown_timeout))] + [str(a) for a in entry.get("args") or []]
+                "--shutdown-timeout", str(shutdown_timeout)] + [str(a) for a in entry.get("args") or []]
         connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-        out.append({
+        unit_name = "%s%s.service" % (UNIT_PREFIX, entry["name"])
+        cache_dirs = sorted({env[k].rstrip("/") for k in PATH_NAMES if k != "HOME"})
+        unit = {
             "name": entry["name"],
-            "unit": "%s%s.service" % (UNIT_PREFIX, entry["name"]),
+            "unit": unit_name,
             "port": port,
             "model": entry["model"],
             "url": "http://%s:%d" % ("[%s]" % connect if ":" in connect else connect, port),
             "argv": argv,
-            "exec_start": " ".join(_systemd_word(a) for a in argv),
-            "environment": [_systemd_env(k, env[k]) for k in sorted(env)],
-            "cache_dirs": sorted({env["VLLM_CACHE_ROOT"], env["TRITON_CACHE_DIR"], env["FLASHINFER_WORKSPACE_BASE"],
-                                  env["XDG_CACHE_HOME"], env["HF_HOME"]}),
-        })
+            "exec_start": " ".join(_exec_word(a) for a in argv),
+            "environment": [_environment_word(k, env[k]) for k in sorted(env)],
+            "cache_dirs": cache_dirs,
+            "working_directory": "%s/serve/%s" % (root, entry["name"]),
+            # the service user's home first (the working directories are in it), then the rest
+            "writable_dirs": ["%s/serve" % root] + sorted(({env["HOME"].rstrip("/")} | set(cache_dirs))
+                                                          - {"%s/serve" % root}),
+            "environment_file": "%s/%s.env" % (secrets_dir, unit_name),
+            "api_key_from": "model" if entry.get("api_key") else "global" if api_key else "none",
+        }
+        unit["text"] = _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_name)
+        out.append(unit)
     return out
+
+
+def engine_service_secret_file(model, api_key="", hf_token="", secret_environment=None):
+    """The text of the root-only EnvironmentFile= of one model (an entry of ``engine_service_models``):
+    ``VLLM_API_KEY`` (the model's ``api_key``, else ``api_key``), ``HF_TOKEN`` (``hf_token``) and
+    ``secret_environment``, each value double-quoted for systemd's parser. Empty values are left out; the
+    file is written even then (the unit requires it). Never shows a secret in an error."""
+    if not isinstance(model, dict):
+        raise AnsibleFilterError("engine_service_secret_file: the input must be a model of engine_service_models"
+                                 " (a dict), not a %s" % type(model).__name__)
+    where = "variable engine_service_models (the model %s)" % _json(model.get("name"))
+    problems = [p.replace("variable engine_service_models[0]", where)
+                for p in engine_service_problems([model], secret_environment=secret_environment or {},
+                                                 api_key=api_key, hf_token=hf_token)]
+    _fail("engine_service_secret_file", problems)
+    values = dict(secret_environment or {})
+    if hf_token:
+        values["HF_TOKEN"] = hf_token
+    key = model.get("api_key") or api_key
+    if key:
+        values["VLLM_API_KEY"] = key
+    lines = ["# Secrets of %s%s.service (llmfleet.engines.engine_service), read by systemd: keep it root-only, 0600."
+             % (UNIT_PREFIX, model["name"])]
+    lines += ["%s=%s" % (k, _env_file_value(values[k])) for k in sorted(values)]
+    return "\n".join(lines) + "\n"
 
 
 def engine_service_unit_states(text):
@@ -219,6 +528,7 @@ class FilterModule:
         return {
             "engine_service_problems": engine_service_problems,
             "engine_service_units": engine_service_units,
+            "engine_service_secret_file": engine_service_secret_file,
             "engine_service_unit_states": engine_service_unit_states,
             "engine_service_says": engine_service_says,
             "engine_service_failure": engine_service_failure,

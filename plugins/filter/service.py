@@ -219,11 +219,20 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
         if not isinstance(model, str) or not model.strip() or model.startswith("-"):
             out.append("%s.model is %s, allowed: a model name (org/model) or an absolute path on the node"
                        % (item, _json(model)))
+        elif model.startswith(".") or model.startswith("~"):
+            # vLLM would read it from the unit's working directory, not the one Ansible checks from
+            out.append("%s.model is %s, a relative path; allowed: a model name (org/model) or an absolute path"
+                       " on the node" % (item, _json(model)))
         elif _control(model):
             out.append("%s.model is %s, allowed: %s" % (item, _json(model), _CONTROL_ALLOWED))
         port = _port(entry.get("port"))
         if port is None:
-            out.append("%s.port is %s, allowed: a whole number from 1 to 65535" % (item, _json(entry.get("port"))))
+            out.append("%s.port is %s, allowed: a whole number from 1024 to 65535" % (item, _json(entry.get("port"))))
+        elif port < 1024:
+            # vLLM runs as the service user, without CAP_NET_BIND_SERVICE (NoNewPrivileges)
+            out.append("%s.port is %d, allowed: a whole number from 1024 to 65535 (the service user cannot bind"
+                       " a port below 1024; put a proxy in front for one)" % (item, port))
+            ports[port] = index
         elif port in ports:
             out.append("%s.port is %d, already the port of engine_service_models[%d]" % (item, port, ports[port]))
         else:
@@ -476,7 +485,7 @@ def engine_service_unit_states(text):
     return out
 
 
-def engine_service_says(item, what):
+def engine_service_says(item, what, user=None):
     """A preflight problem of one model (an entry of engine_service_models or of engine_service_units)."""
     if not isinstance(item, dict):
         raise AnsibleFilterError("engine_service_says: the input must be a model (a dict), not %s" % _json(item))
@@ -484,6 +493,10 @@ def engine_service_says(item, what):
     if what == "missing":
         return ("variable engine_service_models: model %s of %s does not exist on this node (allowed: a model id,"
                 " or a path that exists)" % (_json(item.get("model")), _json(name)))
+    if what == "unreadable":
+        return ("variable engine_service_models: model %s of %s cannot be read by the service user %s on this node"
+                " (vLLM runs as that user; allowed: a path it can read and enter)"
+                % (_json(item.get("model")), _json(name), _json(user)))
     if what == "port_in_use":
         return ("variable engine_service_models: port %s of %s is in use by another program on this node (not %s%s.service)"
                 % (item.get("port"), _json(name), UNIT_PREFIX, name))

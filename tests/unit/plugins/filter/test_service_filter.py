@@ -79,11 +79,11 @@ def test_problems_none(models):
     ("qwen", ['variable engine_service_models is "qwen", allowed: a list of models, each {name, model, port[, args,'
               ' environment, api_key]}']),
     ([{"name": "qwen", "model": "m", "port": "http"}],
-     ['variable engine_service_models[0].port is "http", allowed: a whole number from 1 to 65535']),
+     ['variable engine_service_models[0].port is "http", allowed: a whole number from 1024 to 65535']),
     ([{"name": "qwen", "model": "m", "port": 0}],
-     ["variable engine_service_models[0].port is 0, allowed: a whole number from 1 to 65535"]),
+     ["variable engine_service_models[0].port is 0, allowed: a whole number from 1024 to 65535"]),
     ([{"name": "qwen", "model": "m", "port": True}],
-     ["variable engine_service_models[0].port is true, allowed: a whole number from 1 to 65535"]),
+     ["variable engine_service_models[0].port is true, allowed: a whole number from 1024 to 65535"]),
     ([{"name": "Qwen 8B", "model": "", "port": 8000, "mdoel": "x"}],
      ["variable engine_service_models[0] has mdoel, allowed keys: name, model, port, args, environment, api_key",
       'variable engine_service_models[0].name is "Qwen 8B", allowed: 1-48 of a-z, 0-9 and -, starting with a letter'
@@ -568,3 +568,23 @@ def test_gate_figures():
     assert F["engine_service_gate_figures"](results, "0.20.0-cu13", "upgrade") == [
         {"unit": "llmfleet-vllm-qwen.service", "environment": "0.20.0-cu13", "stage": "upgrade", "ready": True,
          "ready_s": 3.5, "health_s": 3.1, "completion_ms": 12.0, "tries": 2}]
+
+
+@pytest.mark.parametrize("model, port, problem", [
+    ("./models/qwen", 8000, 'variable engine_service_models[0].model is "./models/qwen", a relative path; allowed: a model'
+                            ' name (org/model) or an absolute path on the node'),
+    ("~/qwen", 8000, 'variable engine_service_models[0].model is "~/qwen", a relative path; allowed: a model'
+                     ' name (org/model) or an absolute path on the node'),
+    ("Qwen/Qwen3-8B", 80, "variable engine_service_models[0].port is 80, allowed: a whole number from 1024 to 65535 (the"
+                          " service user cannot bind a port below 1024; put a proxy in front for one)"),
+])
+def test_relative_model_paths_and_privileged_ports_are_refused(model, port, problem):
+    """Issue 17, item 13: a relative path is read from the unit's working directory, not the one
+    Ansible checked; the service user cannot bind a port below 1024."""
+    assert F["engine_service_problems"]([{"name": "m", "model": model, "port": port}]) == [problem]
+
+
+def test_the_unreadable_message_names_the_model_and_the_service_user():
+    assert F["engine_service_says"]({"name": "m", "model": "/srv/m"}, "unreadable", "llmfleet-vllm") == (
+        'variable engine_service_models: model "/srv/m" of "m" cannot be read by the service user "llmfleet-vllm" on'
+        " this node (vLLM runs as that user; allowed: a path it can read and enter)")

@@ -28,7 +28,9 @@ killed run (``.partial``, ``.old``) is cleared or restored by the next run.
 
 The pieces live beside this file: ``_uvcmd`` (uv's argv and environment), ``_uvlock`` (the
 lock: parsing, checks), ``_envdir`` (marker, spec, switch, leftovers), ``_pathlock`` (the path
-lock and the progress file), ``_proc`` (the process runner), ``_errors`` (the failures).
+lock and the progress file), ``_proc`` (the process runner), ``_errors`` (the failures),
+``_trust`` (the privilege line: nothing the flow runs, installs from or imports may be another
+user's to change; checked first).
 ``EngineEnv`` runs the flow with an injected command runner.
 """
 
@@ -64,6 +66,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
     CleanupFailed, NotAnEnvironment, OptionError)
 from ansible_collections.llmfleet.engines.plugins.module_utils._envshare import (
     share_identical_files, sibling_environments)
+from ansible_collections.llmfleet.engines.plugins.module_utils._trust import (
+    owner_name, trusted_uids, untrusted_component, untrusted_content)
 from ansible.module_utils.parsing.convert_bool import boolean
 
 # --------------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ class EngineEnv:
     """
 
     def __init__(self, params, runner_factory=Runner, uv_bin=None, check_mode=False,
-                 clock=time.monotonic, gpu=None):
+                 clock=time.monotonic, gpu=None, trusted=None):
         self.p = params
         self.path = os.path.abspath(params["path"]).rstrip("/") or "/"
         self.parent = os.path.dirname(self.path)
@@ -146,6 +150,9 @@ class EngineEnv:
         self.warnings = []
         # what the URLs' credentials are, to keep them out of everything the flow reports
         self.secrets = param_secrets(params)
+        # who may own what this run installs from, runs or imports (_trust): root, and the
+        # running user when that is not root
+        self.trusted = trusted_uids() if trusted is None else frozenset(trusted)
 
     # -- pieces ------------------------------------------------------------------------------
 
@@ -217,6 +224,9 @@ class EngineEnv:
         t0 = self.clock()
         if self.p.get("lock") is not None:
             self.check_given_lock()
+        # before uv runs at all (even its --version): what it is, and what it reads, must be
+        # beyond the reach of other users
+        self.check_privilege_line()
         uv_version = self.uv_version()
         wanted = wanted_spec(self.p, uv_version)
         if self.p.get("wheel"):
@@ -325,6 +335,55 @@ class EngineEnv:
                 result["msg"], busy_message(busy) if busy.get("alive") is False else
                 "another run holds %s: %s, and may change it" % (self.lock_path, holder_text(busy)))
         return result
+
+    def check_privilege_line(self):
+        """The privilege line (``_trust``): refuse, before anything runs or is written, when another
+        user could change what this run installs from, runs or imports: uv's cache and what it
+        holds, the uv binary, the Python given as a path, the managed Pythons' directory (unless
+        python_preference is only-system), and the environment's directory and every directory
+        above it. The rules, and why a root-owned path under a sticky /tmp passes, are in
+        ``_trust``.
+
+        uv's cache is read whole: ``--require-hashes`` checks what uv downloads, not what it finds
+        already unpacked in its cache, so one file another user put there would be installed and
+        imported. It is small where the role runs this (the role removes it after each build
+        unless engine_node_keep_cache).
+        """
+        p = self.p
+        places = [("cache_dir", self.cache_dir, "uv's cache, which uv installs from"),
+                  ("uv", self.uv, "the uv binary it runs"),
+                  ("path", self.path, "the environment's directory, whose Python it runs and imports")]
+        python = p.get("python") or ""
+        if os.sep in python:
+            places.append(("python", python, "the Python it makes the environment from"))
+        if p.get("python_preference") != "only-system":
+            places.append(("python_install_dir", self.python_install_dir,
+                           "the directory of the managed Pythons it runs"))
+        for option, place, what in places:
+            if not place:
+                continue
+            problem = untrusted_component(place, self.trusted)
+            if problem:
+                self._refuse_untrusted(option, place, what, problem, (
+                    "Every directory on its path must belong to %s and be writable by no one else: %s "
+                    "(the engine_node role makes its own directories so)" % (self._trusted_text(), problem.fix)))
+        problem = untrusted_content(self.cache_dir, self.trusted)
+        if problem:
+            self._refuse_untrusted("cache_dir", self.cache_dir, "uv's cache, which uv installs from "
+                                   "without checking what it holds against the hashes", problem, (
+                                       "Remove the cache, it is only a cache (%s; the next build "
+                                       "downloads again, checked by hash), and find who wrote there"
+                                       % problem.fix))
+
+    def _trusted_text(self):
+        names = [owner_name(uid) for uid in sorted(self.trusted)]
+        return " or ".join(names)
+
+    def _refuse_untrusted(self, option, place, what, problem, fix):
+        raise OptionError(
+            "%s %s cannot be trusted: this run, as %s, uses it as %s, and %s. %s. Nothing was done."
+            % (option, place, owner_name(os.geteuid()), what, problem.describe(), fix),
+            untrusted=dict(problem.as_dict(), option=option, path=place))
 
     def _refuse_leftovers_in_the_way(self, foreign):
         """A build needs ``<path>.partial``, and ``<path>.old`` when an environment is there to

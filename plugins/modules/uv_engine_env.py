@@ -161,7 +161,10 @@ options:
         package whose index publishes no upload times (C(--exclude-newer-package)).
     type: dict
   python:
-    description: The Python for the environment, a version request (V(3.12)) or an interpreter path.
+    description:
+      - The Python for the environment, a version request (V(3.12)) or an interpreter path.
+      - An interpreter path must be beyond the reach of other users, like O(uv) (see the notes on who may own what
+        the module uses).
     type: str
     default: "3.12"
   python_preference:
@@ -172,7 +175,9 @@ options:
     choices: [only-managed, managed, system, only-system]
     default: only-managed
   python_install_dir:
-    description: Where uv keeps managed interpreters (C(UV_PYTHON_INSTALL_DIR)). Default C(<parent of path>/.uv-python).
+    description:
+      - Where uv keeps managed interpreters (C(UV_PYTHON_INSTALL_DIR)). Default C(<parent of path>/.uv-python).
+      - Unless O(python_preference) is V(only-system), it must be beyond the reach of other users, like O(uv).
     type: path
   python_install_mirror:
     description:
@@ -180,7 +185,13 @@ options:
         environment only, and kept out of what the module returns.
     type: str
   uv:
-    description: The uv binary. Default is C(uv) on the E(PATH).
+    description:
+      - The uv binary. Default is C(uv) on the E(PATH).
+      - It must be beyond the reach of other users, since it runs (even C(uv --version)) as the user the module runs
+        as. It, and every directory on its path (symbolic links followed), must be owned by root (or by the user
+        running the module) and writable by neither group nor others. Otherwise the task fails before anything runs,
+        naming the option, the path, the directory at fault, its owner and mode, and the C(chown root)/C(chmod go-w)
+        that fix it.
     type: path
   import_name:
     description: The engine's import name for the default verification. Default is O(engine) with C(-) as C(_).
@@ -241,6 +252,15 @@ options:
         Anything else fails before the build starts. That includes a shared C(~/.cache) holding model weights, or a
         directory holding the environments.
       - Only what uv put there is removed, then the directory itself once it is empty.
+      - uv installs from its cache what it finds already there without checking it against the lock's hashes
+        (C(--require-hashes) checks downloads). So the cache must be beyond the reach of other users. Every directory
+        on its path (symbolic links followed) must be owned by root (or by the user running the module) and writable
+        by neither group nor others, and so must everything in it. The task fails before anything runs when one is
+        not, naming it, its owner and mode, and what to do (C(chown root) and C(chmod go-w) on a directory on its
+        path; removing the cache when something in it is another user's). The whole cache is read for this. It is
+        small where it is removed after each build (O(keep_cache=false), the role's default).
+      - Do not put it where another user writes, such as a service user's C(~/.cache). The role uses
+        C(<root>/cache/uv), root's and 0700, in C(<root>/cache), root's and 0755.
     type: path
   keep_cache:
     description:
@@ -272,6 +292,15 @@ options:
     type: bool
     default: false
 notes:
+  - What the module runs, installs from or imports must be beyond the reach of other users, at any depth of its
+    path. That is O(cache_dir) and what it holds, O(uv), O(python) given as a path, O(python_install_dir) (unless
+    O(python_preference=only-system)), and O(path) with every directory above it. Run as root, each must be owned by
+    root. Run as another user, it must be owned by that user or root. None may be writable by group or others (a
+    POSIX ACL that grants write shows as group write). A directory that others may write but with the sticky bit
+    (C(/tmp)) counts as closed for an entry a trusted user owns, since nobody else can rename or remove that entry.
+    A name still missing there is refused, because anyone could take it first. Otherwise the task fails with
+    O(state=present), in check mode too, before anything runs or is written. O(state=absent) only removes, and is not
+    checked.
   - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
     O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
     version; a change to any of them builds the environment again. URLs are recorded without their credentials.

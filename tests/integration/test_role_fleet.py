@@ -26,6 +26,7 @@ import os
 import pathlib
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -378,6 +379,14 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     # --- converge ---------------------------------------------------------------------------
     upstream.clear_log()
     uv_index.requests.clear()
+    # explicit was laid out by an earlier version: <root>/cache another user's, a uv cache in it
+    # (with root, who can make files another user's)
+    old_cache = fleet.roots["explicit"] / "cache"
+    if os.geteuid() == 0:
+        (old_cache / "uv" / "archive-v0").mkdir(parents=True)
+        (old_cache / "uv" / "archive-v0" / "planted.py").write_text("import os\n")
+        for path in (old_cache, old_cache / "uv", old_cache / "uv" / "archive-v0" / "planted.py"):
+            os.chown(path, 65534, -1)
     # Slow torch downloads a little, so that a progress line falls inside a step.
     upstream.fault("slow", delay=4.0, count=6, path="/files/torch-2.11.0")
     # Two nodes at a time: the look-ups are still made once for the whole fleet.
@@ -413,6 +422,15 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
         assert sorted(p.name for p in uv_dir.iterdir()) == ["uv"], name
         answer = subprocess.run([str(uv_dir / "uv"), "--version"], capture_output=True, text=True, check=True)
         assert answer.stdout.startswith(f"uv {UV_VERSION}")
+    # the privilege line: <root> and what root installs from are the running user's (root's on a
+    # node) and closed to others; uv's cache (0700 while a build runs) is dropped after it
+    if os.geteuid() == 0:
+        assert f"explicit: {old_cache} belonged to nobody" in run.out, run
+    for name in ("h100", "a100", "explicit"):
+        for sub in ("", "cache", "uv", "engines", "engines/vllm"):
+            st = (fleet.roots[name] / sub).stat()
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o755), (name, sub)
+        assert not (fleet.roots[name] / "cache" / "uv").exists(), name
 
     # no background job's result file left behind
     assert sorted(p.name for p in (tmp_path / "ansible-async").iterdir()) == []
@@ -549,6 +567,63 @@ def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv
     run = fleet.play(str(play))
     assert run.rc != 0
     assert re.search(r"fatal: \[typo\]: FAILED!.*value of engine_node_build must be one of: auto, cu13, cu129, none, got: cu12\.9", run.out), run
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the old layout's <root>/cache is another user's: needs root")
+def test_layout_takes_back_the_old_cache_and_refuses_an_open_parent(tmp_path):
+    """The role's layout (tasks_from: layout, as install.yml runs it before uv is downloaded): on a
+    node of the old layout (<root>/cache the service user's, a uv cache planted in it) <root>/cache
+    is taken back and <root>/cache/uv dropped, the service user's own directories left; a root
+    under a directory others can write fails the node, naming it."""
+    nobody = 65534
+    old = tmp_path / "old"
+    (old / "cache" / "uv" / "archive-v0").mkdir(parents=True)
+    (old / "cache" / "uv" / "archive-v0" / "planted.py").write_text("import os\n")
+    (old / "cache" / "huggingface").mkdir()
+    for path in (old / "cache", old / "cache" / "uv", old / "cache" / "uv" / "archive-v0" / "planted.py",
+                 old / "cache" / "huggingface"):
+        os.chown(path, nobody, -1)
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    # a sticky directory keeps others from replacing only what a trusted user owns
+    (tmp_path / "sticky" / "root").mkdir(parents=True)
+    (tmp_path / "sticky").chmod(0o1777)
+    os.chown(tmp_path / "sticky" / "root", nobody, -1)
+    (tmp_path / "theirs" / "root").mkdir(parents=True)
+    os.chown(tmp_path / "theirs", nobody, -1)
+    roots = {"old": old, "open": tmp_path / "open" / "root", "sticky": tmp_path / "sticky" / "root",
+             "theirs": tmp_path / "theirs" / "root"}
+    inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                         "hosts": {name: {"engine_node_root": str(root)} for name, root in roots.items()}}}
+    (tmp_path / "hosts.yml").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
+                                       "    - ansible.builtin.include_role: {name: llmfleet.engines.engine_node, "
+                                       "tasks_from: layout}\n")
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"), ANSIBLE_STDOUT_CALLBACK="default")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert f"old: {old}/cache belonged to nobody" in out and f"removing root's uv cache {old}/cache/uv" in out, out
+    for sub, mode in (("", 0o755), ("cache", 0o755), ("cache/uv", 0o700), ("uv", 0o755), ("engines/vllm", 0o755)):
+        st = (old / sub).stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, mode), (sub, st)
+    assert list((old / "cache" / "uv").iterdir()) == []
+    assert (old / "cache" / "huggingface").stat().st_uid == nobody
+    refused = {
+        "open": f"{tmp_path}/open (owner root, mode 0777) is writable by others, who can make {tmp_path}/open/root first",
+        "sticky": f"{tmp_path}/sticky (owner root, mode 1777) is writable by others, who can replace {tmp_path}/sticky/root",
+        "theirs": f"{tmp_path}/theirs (owner nobody, mode 0755) is owned by nobody, who can replace {tmp_path}/theirs/root",
+    }
+    for name, words in refused.items():
+        message = re.search(rf"^fatal: \[{name}\]: FAILED! => (.*)$", out, re.M)
+        assert message, out
+        message = json.loads(message.group(1))["msg"]
+        assert message.startswith(f"{name}: refusing to install under engine_node_root {roots[name]}: "), message
+        assert words in message and message.endswith("Nothing was installed."), message
+    assert not (tmp_path / "open" / "root").exists()
+    assert not (tmp_path / "theirs" / "root" / "cache").exists()
 
 
 def test_a_driver_that_breaks_after_the_probe_fails_the_node_and_keeps_current(upstream, uv_index, tmp_path):

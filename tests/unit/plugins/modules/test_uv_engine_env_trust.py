@@ -1,0 +1,189 @@
+"""uv_engine_env and the privilege line: what root installs from, runs or imports is refused, before
+anything runs or is written, when another user can change it (the cache and what it holds, uv, the
+Python given as a path, the managed Pythons, the environment's directory and all above them).
+
+Cases owned by another user are made with os.chown to 65534 (nobody): those need root.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_runner
+from tests.unit.plugins.modules.test_uv_engine_env import CUTOFF, run_module
+
+NOBODY = 65534
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    uv = FakeUv()
+    monkeypatch.setattr(_proc.Runner, "__call__", module_runner(uv))
+    return uv
+
+
+@pytest.fixture
+def base(tmp_path):
+    """The role's layout under tmp_path: <root>/uv, <root>/cache/uv, <root>/engines/vllm/<env>."""
+    root = tmp_path / "root"
+    (root / "uv").mkdir(parents=True)
+    uv = root / "uv" / "uv"
+    uv.write_text("#!/bin/sh\nexit 3\n")
+    uv.chmod(0o755)
+    return {
+        "path": str(root / "engines" / "vllm" / "0.11.0"),
+        "engine": "vllm",
+        "version": "0.11.0",
+        "exclude_newer": CUTOFF,
+        "index_url": INDEX,
+        "python": "3.11",
+        "python_preference": "only-system",
+        "uv": str(uv),
+        "cache_dir": str(root / "cache" / "uv"),
+        "nvidia_smi": str(tmp_path / "no-driver" / "nvidia-smi"),
+    }
+
+
+def uv_cache(cache_dir):
+    """A cache as uv leaves it (tag, a bucket with an unpacked wheel), all root's."""
+    os.makedirs(os.path.join(cache_dir, "archive-v0", "abc", "vllm"))
+    for name in ("CACHEDIR.TAG", os.path.join("archive-v0", "abc", "vllm", "__init__.py")):
+        with open(os.path.join(cache_dir, name), "w") as handle:
+            handle.write("Signature: 8a477f597d28d172789f06886806bc55\n")
+    return cache_dir
+
+
+def assert_refused(code, result, base, fake, option, place, component, *words):
+    assert code == 1 and result["failed"] is True, result.get("msg")
+    msg = result["msg"]
+    assert msg.startswith("%s %s cannot be trusted: " % (option, place)), msg
+    assert "%s (owner " % component in msg
+    for word in words:
+        assert word in msg, msg
+    assert msg.endswith("Nothing was done.")
+    assert result["untrusted"]["option"] == option and result["untrusted"]["component"] == component
+    # nothing ran (not even uv --version) and nothing was made
+    assert fake.kinds() == []
+    assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")
+    assert not os.path.exists(base["path"] + ".lock")
+
+
+def test_the_layout_builds(fake, base, capsys):
+    """The role's layout (all root's, <root>/cache/uv 0700), with a cache uv left: built."""
+    os.makedirs(os.path.dirname(base["cache_dir"]))
+    os.chmod(uv_cache(base["cache_dir"]), 0o700)
+    code, result = run_module(dict(base, keep_cache=True), capsys)
+    assert code == 0 and result["changed"] is True, result.get("msg")
+
+
+@as_root
+def test_planted_file_in_the_cache(fake, base, capsys):
+    uv_cache(base["cache_dir"])
+    planted = os.path.join(base["cache_dir"], "archive-v0", "abc", "vllm", "planted.py")
+    with open(planted, "w") as handle:
+        handle.write("import os\n")
+    os.chown(planted, NOBODY, -1)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "cache_dir", base["cache_dir"], planted,
+                   "is owned by nobody", "without checking what it holds against the hashes",
+                   "Remove the cache", "rm -rf %s" % base["cache_dir"])
+    assert result["untrusted"]["owner"] == "nobody" and result["untrusted"]["mode"] == "0644"
+    # refused in check mode too
+    code, result = run_module(dict(base, _ansible_check_mode=True), capsys)
+    assert code == 1 and "cannot be trusted" in result["msg"]
+    assert os.path.exists(planted)
+
+
+def test_world_writable_file_in_the_cache(fake, base, capsys):
+    uv_cache(base["cache_dir"])
+    loose = os.path.join(base["cache_dir"], "archive-v0", "abc", "vllm", "__init__.py")
+    os.chmod(loose, 0o666)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "cache_dir", base["cache_dir"], loose, "is writable by others")
+
+
+@as_root
+def test_cache_parent_owned_by_the_service_user(fake, base, capsys):
+    """The old layout: <root>/cache the service user's, root's uv cache in it."""
+    cache_parent = os.path.dirname(base["cache_dir"])
+    os.makedirs(cache_parent)
+    os.chown(cache_parent, NOBODY, -1)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "cache_dir", base["cache_dir"], cache_parent,
+                   "is owned by nobody, not by root", "chown root %s" % cache_parent, "chmod go-w",
+                   "this run, as root, uses it as uv's cache, which uv installs from, and")
+
+
+def test_cache_under_a_world_writable_directory(fake, base, capsys):
+    open_dir = os.path.dirname(base["cache_dir"])
+    os.makedirs(open_dir)
+    os.chmod(open_dir, 0o777)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "cache_dir", base["cache_dir"], open_dir,
+                   "is writable by others, who can replace", "chmod go-w %s" % open_dir)
+
+
+def test_cache_in_a_sticky_directory(fake, base, capsys, tmp_path):
+    """Like /tmp: a cache directory of the running user's in a sticky directory cannot be replaced."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "cache").mkdir()
+    code, result = run_module(dict(base, cache_dir=str(sticky / "cache")), capsys)
+    assert code == 0, result.get("msg")
+    # but a name not there yet could be taken first by anyone
+    fake.calls.clear()
+    code, result = run_module(dict(base, cache_dir=str(sticky / "other"), force=True), capsys)
+    assert code == 1 and "anyone can take that name first" in result["msg"]
+    assert fake.kinds() == []
+
+
+def test_writable_uv(fake, base, capsys):
+    os.chmod(base["uv"], 0o775)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "uv", base["uv"], base["uv"], "uses it as the uv binary it runs",
+                   "is writable by its group")
+
+
+def test_python_path_through_a_writable_link(fake, base, capsys, tmp_path):
+    """python given as a path: a link in a closed directory to an interpreter in an open one."""
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    (open_dir / "python3").symlink_to("/bin/sh")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python3").symlink_to(open_dir / "python3")
+    python = str(tmp_path / "bin" / "python3")
+    code, result = run_module(dict(base, python=python), capsys)
+    assert_refused(code, result, base, fake, "python", python, str(open_dir), "the Python it makes the environment from")
+
+
+def test_managed_pythons(fake, base, capsys, tmp_path):
+    pythons = tmp_path / "python"
+    pythons.mkdir()
+    pythons.chmod(0o757)
+    code, result = run_module(dict(base, python_preference="only-managed", python_install_dir=str(pythons)), capsys)
+    assert_refused(code, result, base, fake, "python_install_dir", str(pythons), str(pythons), "writable by others")
+    # not used with only-system: not read
+    code, result = run_module(dict(base, python_install_dir=str(pythons)), capsys)
+    assert code == 0, result.get("msg")
+
+
+def test_environment_parent(fake, base, capsys):
+    engines = os.path.dirname(os.path.dirname(base["path"]))
+    os.makedirs(engines)
+    os.chmod(engines, 0o770)
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "path", base["path"], engines, "is writable by its group")
+
+
+def test_absent_is_not_refused(fake, base, capsys):
+    engines = os.path.dirname(os.path.dirname(base["path"]))
+    os.makedirs(engines)
+    os.chmod(engines, 0o777)
+    code, result = run_module({"path": base["path"], "state": "absent"}, capsys)
+    assert code == 0 and result["changed"] is False

@@ -49,8 +49,9 @@ link:
 run: venv
 	$(VENV)/bin/ansible-playbook -i inventories/local playbooks/site.yml
 
+# tests/roles: the roles run by ansible-playbook on this machine against a fake systemd (root).
 units: venv
-	$(PYTEST) tests/unit tests/upstream -m "not network"
+	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network"
 
 integration: venv
 	tools/devpi_wheelhouse.sh >/dev/null

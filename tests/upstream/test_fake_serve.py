@@ -158,7 +158,7 @@ def serve(sites, tmp_path):
     started = []
 
     def start(*args, version="0.20.0", **fake):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_") and k != "VLLM_API_KEY"}
         env["PYTHONPATH"] = str(sites[version])
         env.update({"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_LOAD_SECONDS": "0.1"})
         for key, value in fake.items():
@@ -266,6 +266,29 @@ def test_api_key_guards_only_v1(serve):
     assert complete(port) == unauthorized
     assert call_json(port, "GET", "/v1/models", headers={"Authorization": "Bearer s3cret"})[0] == 200
     assert complete(port, headers={"Authorization": "Bearer s3cret"})[0] == 200
+
+
+@pytest.mark.parametrize("option", [None, "from-option"], ids=["env-only", "option-wins"])
+def test_api_key_from_the_environment(serve, option):
+    port = free_port()
+    args = listen_args(port) + (["--api-key", option] if option else [])
+    vllm = serve(*args, VLLM_API_KEY="from-env")
+    vllm.wait_ready(port)
+    key = option or "from-env"
+    unauthorized = (401, {"error": "Unauthorized"})
+    assert call_json(port, "GET", "/v1/models") == unauthorized
+    other = "from-env" if option else "from-option"
+    assert call_json(port, "GET", "/v1/models", headers={"Authorization": "Bearer " + other}) == unauthorized
+    assert call_json(port, "GET", "/v1/models", headers={"Authorization": "Bearer " + key})[0] == 200
+    assert complete(port, headers={"Authorization": "Bearer " + key})[0] == 200
+    assert "from-env" not in vllm.stdout() and "from-option" not in vllm.stdout()  # the key is not logged
+
+
+def test_empty_api_key_in_the_environment_means_no_key(serve):
+    port = free_port()
+    vllm = serve(*listen_args(port), VLLM_API_KEY="")
+    vllm.wait_ready(port)
+    assert call_json(port, "GET", "/v1/models")[0] == 200
 
 
 def test_unknown_option_exits_2(serve):

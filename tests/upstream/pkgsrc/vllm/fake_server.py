@@ -17,7 +17,9 @@ up) and logs ``Starting vLLM API server on http://H:P``. A port already in use e
 Endpoints: ``GET /health`` (200, empty body), ``GET /version``, ``GET /v1/models``,
 ``POST /v1/completions`` (answers after FAKE_VLLM_COMPLETION_SECONDS with ``max_tokens`` words).
 With ``--api-key K`` every ``/v1`` path needs ``Authorization: Bearer K`` (else 401
-``{"error": "Unauthorized"}``). An unknown path is a 404 ``{"detail": "Not Found"}`` and a known path
+``{"error": "Unauthorized"}``); without ``--api-key``, the environment variable ``VLLM_API_KEY``
+(when not empty) is the key, as in real vLLM, so that a service can keep its key out of the
+command line. An unknown path is a 404 ``{"detail": "Not Found"}`` and a known path
 with another method a 405 ``{"detail": "Method Not Allowed"}``, as FastAPI answers.
 
 SIGTERM or SIGINT: the listening socket is closed at once (new connections are refused), requests in
@@ -26,6 +28,7 @@ process exits 0. A signal while loading exits 0 at once.
 
 Environment (read at start-up):
 
+- ``VLLM_API_KEY``: the API key when ``--api-key`` is not given (``--api-key`` wins).
 - ``FAKE_VLLM_LOAD_SECONDS``: float, default 1.0: the load delay before the port is bound.
 - ``FAKE_VLLM_COMPLETION_SECONDS``: float, default 0: how long each completion takes.
 - ``FAKE_VLLM_SERVE_FAIL``: unset or empty (serve normally), or
@@ -156,7 +159,8 @@ class App:
         self.model = args.model
         self.served_name = args.served_model_name or args.model
         self.max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN
-        self.api_key = args.api_key
+        # real vLLM: `args.api_key or envs.VLLM_API_KEY`
+        self.api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
         self.completion_seconds = completion_seconds
         self.created = int(time.time())
 

@@ -1,0 +1,447 @@
+"""Fixtures of the fast role tests: the engine_service role run by ansible-playbook on this machine
+(connection local) against a fake systemd (tests/roles/fakebin), fake engine environments
+(tests/roles/engines.py) and the fake ``vllm serve`` started as real processes.
+
+``node`` gives one node: its root (engines, serve and cache directories), the fake systemd's state,
+unit and secrets directories, and ``node.play(...)``. See tests/roles/README.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import pathlib
+import pwd
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.roles import engines
+from tests.unit.plugins.vllm_fakes import free_port
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+FAKEBIN = HERE / "fakebin"
+# LLMFLEET_ROLE_TESTS_COLLECTIONS: run the layer against another copy of the collection
+COLLECTIONS = pathlib.Path(os.environ.get("LLMFLEET_ROLE_TESTS_COLLECTIONS") or REPO / "build" / "collections")
+PYTHON = sys.executable
+ANSIBLE_PLAYBOOK = pathlib.Path(PYTHON).parent / "ansible-playbook"
+# The node roots: not under /tmp (world-writable, and pytest's own directory there is 0700, which
+# the service user cannot cross). LLMFLEET_ROLE_TESTS_DIR overrides it.
+ROOTS = pathlib.Path(os.environ.get("LLMFLEET_ROLE_TESTS_DIR") or REPO / "build" / "role-tests")
+# Where the role's units and secrets go by default: a test checks that nothing of its own landed there.
+REAL_UNIT_DIR = pathlib.Path("/etc/systemd/system")
+REAL_SECRETS_DIR = pathlib.Path("/etc/llmfleet/engine_service")
+UNIT_PREFIX = "llmfleet-vllm-"
+
+
+def _safe_chain(path: pathlib.Path):
+    """Every directory from / to ``path`` is root's (or ours) and writable by its owner only."""
+    for folder in [path] + list(path.parents):
+        info = folder.stat()
+        if info.st_uid not in (0, os.geteuid()) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise RuntimeError(
+                "%s (a directory above the role tests' node roots) is %s, owned by uid %d: the node "
+                "roots must not be writable by others. Set LLMFLEET_ROLE_TESTS_DIR to a directory "
+                "whose every parent is root's and 0755." % (folder, stat.filemode(info.st_mode), info.st_uid))
+
+
+def _uid_of(pid: int):
+    try:
+        with open("/proc/%d/status" % pid, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def http_json(port: int, path: str, method="GET", body=None, headers=None, timeout=10):
+    """(status, decoded JSON or None) of one request to 127.0.0.1:port (no proxy)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        data = json.dumps(body) if body is not None else None
+        head = dict(headers or {})
+        if data is not None:
+            head["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=head)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp.status, (json.loads(raw) if raw else None)
+    finally:
+        conn.close()
+
+
+class Run:
+    """One ansible-playbook run: ``rc``, ``output`` (stdout and stderr), ``record`` (every task
+    result, the recap and set_stats, from tests/roles/callback_plugins), ``changed`` ({host:
+    number of changed tasks}), ``calls`` (the argv lists of systemctl, journalctl and fake-lb during
+    this run), ``log`` (the file with the command and the output)."""
+
+    def __init__(self, rc, output, record, calls, log):
+        self.rc = rc
+        self.output = output
+        self.record = record
+        self.calls = calls
+        self.log = log
+        self.stats = record.get("stats", {})
+        self.changed = {host: s.get("changed", 0) for host, s in self.stats.items()}
+        self.failures = {host: s.get("failures", 0) for host, s in self.stats.items()}
+        self.journals = {}
+
+    def __repr__(self):
+        return "<Run rc=%s changed=%s log=%s>" % (self.rc, self.changed, self.log)
+
+    @property
+    def tasks(self):
+        return self.record.get("tasks", [])
+
+    @property
+    def result(self):
+        """engine_service_result of the node (set_stats), or None."""
+        return (self.record.get("custom_stats", {}).get("engine_service") or {}).get("node")
+
+    def task(self, name_part):
+        """The results of the tasks whose name contains ``name_part``."""
+        return [t for t in self.tasks if name_part in t["task"]]
+
+    def failed_tasks(self):
+        return [t for t in self.tasks if t["status"] == "failed" and not t.get("ignore_errors")]
+
+    def changed_tasks(self):
+        return [t["task"] for t in self.tasks if t["changed"]]
+
+    def verbs(self, *verbs, unit=None):
+        """The systemctl calls whose verb is one of ``verbs`` (and that name ``unit``)."""
+        out = []
+        for call in self.calls:
+            if call[0] != "systemctl":
+                continue
+            words = [w for w in call[1:] if not w.startswith("-")]
+            if words and words[0] in verbs and (unit is None or unit in words[1:]):
+                out.append(call)
+        return out
+
+    def index(self, predicate, start=0):
+        """Index in ``calls`` of the first call from ``start`` on for which ``predicate(call)`` holds."""
+        for i in range(start, len(self.calls)):
+            if predicate(self.calls[i]):
+                return i
+        raise AssertionError("no such call in %s" % json.dumps(self.calls[start:], indent=0))
+
+    def explain(self):
+        """What to print when an assertion on this run fails."""
+        failed = [(t["task"], t["result"].get("msg")) for t in self.failed_tasks()]
+        journals = "".join("\n--- journal of %s (last lines):\n%s" % (unit, "\n".join(text.splitlines()[-15:]))
+                           for unit, text in self.journals.items())
+        return "rc %s, failed tasks %s\nlog: %s%s\n--- output (end):\n%s" % (
+            self.rc, json.dumps(failed, indent=1), self.log, journals, self.output[-5000:])
+
+
+class Node:
+    """One fake node for the role tests (see the module's docstring)."""
+
+    def __init__(self, tmp_path: pathlib.Path, user: str):
+        self.tmp = tmp_path
+        self.user = user
+        self.tag = secrets.token_hex(3)
+        ROOTS.mkdir(parents=True, exist_ok=True)
+        ROOTS.chmod(0o755)
+        _safe_chain(ROOTS)
+        self.base = pathlib.Path(tempfile.mkdtemp(prefix="node-", dir=str(ROOTS)))
+        self.base.chmod(0o755)
+        self.root = self.base / "root"
+        self.state = self.base / "systemd-state"
+        self.unit_dir = self.base / "units"
+        self.secrets_dir = self.base / "secrets"
+        for folder in (self.root, self.state, self.unit_dir):
+            folder.mkdir(mode=0o755)
+            folder.chmod(0o755)
+        self.runs = 0
+        self.models = [self.model()]
+        # the units' environment in every play (engine_service_environment); extra_vars add to it
+        self.environment = {"FAKE_TORCH_CUDA": "ok", "FAKE_VLLM_LOAD_SECONDS": "0.2"}
+        self._real = self._real_files()
+
+    # -- the node's contents -------------------------------------------------------------------
+    def model(self, prefix="m", **overrides):
+        """A model entry with a name unique to this test (so its unit is too) and a free port."""
+        entry = {"name": "%s%s" % (prefix, self.tag), "model": "fake-org/tiny-model", "port": free_port()}
+        entry.update(overrides)
+        return entry
+
+    @staticmethod
+    def unit(model) -> str:
+        return "%s%s.service" % (UNIT_PREFIX, model["name"] if isinstance(model, dict) else model)
+
+    def make_env(self, version, build="cu129", **kw) -> str:
+        return engines.make_env(self.root, version, build, **kw)
+
+    def set_current(self, name):
+        engines.set_current(self.root, name)
+
+    def current(self):
+        return engines.current(self.root)
+
+    def envs(self):
+        return [e["name"] for e in engines.on_disk(self.root)]
+
+    # -- the fake systemd ----------------------------------------------------------------------
+    def env(self, **extra):
+        env = dict(os.environ)
+        env.update({
+            "PATH": os.pathsep.join([str(FAKEBIN), str(pathlib.Path(PYTHON).parent), env.get("PATH", "")]),
+            "FAKE_SYSTEMD_STATE": str(self.state),
+            "FAKE_SYSTEMD_UNIT_DIR": str(self.unit_dir),
+            "no_proxy": "127.0.0.1,localhost,::1",
+            "NO_PROXY": "127.0.0.1,localhost,::1",
+        })
+        env.update(extra)
+        return env
+
+    def systemctl(self, *args):
+        """Run the fake systemctl as a test reads the state (not logged in calls.log)."""
+        return subprocess.run([str(FAKEBIN / "systemctl"), *args], env=self.env(FAKE_SYSTEMD_UNLOGGED="1"),
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    def show(self, unit, *props):
+        args = ["show", unit]
+        for prop in props:
+            args += ["-p", prop]
+        res = self.systemctl(*args)
+        assert res.returncode == 0, res.stderr
+        return dict(line.split("=", 1) for line in res.stdout.splitlines() if "=" in line)
+
+    def main_pid(self, unit) -> int:
+        return int(self.show(unit, "MainPID")["MainPID"])
+
+    def journal(self, unit) -> str:
+        path = self.state / ("%s.journal" % unit)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def calls(self):
+        path = self.state / "calls.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def warnings(self):
+        path = self.state / "warnings.log"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def marker(self, name):
+        """What the fake load balancer says of a unit: drained, in-service, or None."""
+        path = self.state / "lb" / name
+        return path.read_text().strip() if path.exists() else None
+
+    @staticmethod
+    def alive(pid) -> bool:
+        """Whether process ``pid`` runs (a zombie does not)."""
+        return _start_ticks(pid) is not None
+
+    @staticmethod
+    def uid_of(pid) -> int | None:
+        return _uid_of(pid)
+
+    def user_uid(self) -> int:
+        return pwd.getpwnam(self.user).pw_uid
+
+    # -- ansible-playbook ----------------------------------------------------------------------
+    def hook_vars(self):
+        """engine_service_drain_tasks and engine_service_undrain_tasks that call the fake load balancer."""
+        return {"engine_service_drain_tasks": str(HERE / "files" / "drain.yml"),
+                "engine_service_undrain_tasks": str(HERE / "files" / "undrain.yml")}
+
+    def _engine_node_facts(self, check, pending, current):
+        """What engine_node leaves for engine_service (engine_node_result and its private facts,
+        which its switch.yml reads for the prune) when this play ran it with engine_node_switch false."""
+        target = pending or current
+        version, _sep, build = target.rpartition("-")
+        result = {
+            "host": "node", "version": version, "requested": build, "wanted": build,
+            "effective": current.rpartition("-")[2] if current else "none",
+            "current": current or "", "pending": "" if check else (pending or ""),
+            "path": "" if check and pending else str(engines.engines_dir(self.root) / target),
+            "action": ("would installed" if check else "installed") if pending else "unchanged",
+            "fallback": None, "error": None, "fleet_lock": None, "why": "the role tests' pre_tasks",
+            "check_mode": check,
+        }
+        return {"engine_node_result": result, "__engine_node_dir": str(engines.engines_dir(self.root)),
+                "__engine_node_was": current or "", "__engine_node_on_disk": engines.on_disk(self.root)}
+
+    def play(self, models=None, extra_vars=None, check=False, pending=None, current=None, timeout=300) -> Run:
+        """Run the engine_service role on this node; see Run.
+
+        ``models``: engine_service_models (default ``self.models``). ``extra_vars``: more variables
+        (-e; its engine_service_environment is added to ``self.environment``). ``check``: --check.
+        ``pending``/``current``: environment names as engine_node would leave them in
+        engine_node_result (``pending`` a proven environment to roll out); neither: no
+        engine_node_result, the role reads the ``current`` link itself."""
+        self.runs += 1
+        folder = self.tmp / ("run-%02d" % self.runs)
+        folder.mkdir(parents=True)
+        extra = dict(extra_vars or {})
+        environment = dict(self.environment, **extra.pop("engine_service_environment", {}))
+        hostvars = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": PYTHON,
+            "engine_node_root": str(self.root),
+            "engine_node_keep": 1,
+            "engine_service_models": self.models if models is None else models,
+            "engine_service_unit_dir": str(self.unit_dir),
+            "engine_service_secrets_dir": str(self.secrets_dir),
+            "engine_service_user": self.user,
+            "engine_service_ready_timeout": 20,
+            "engine_service_shutdown_timeout": 5,
+            "engine_service_environment": environment,
+        }
+        (folder / "inventory.json").write_text(json.dumps({"all": {"hosts": {"node": hostvars}}}, indent=1))
+        play = {"name": "engine_service role test", "hosts": "node", "gather_facts": False,
+                "roles": [{"role": "llmfleet.engines.engine_service"}]}
+        if pending or current:
+            play["pre_tasks"] = [{"name": "Leave what engine_node would leave",
+                                  "ansible.builtin.set_fact": self._engine_node_facts(check, pending, current)}]
+        (folder / "site.yml").write_text(json.dumps([play], indent=1))
+        (folder / "extra.json").write_text(json.dumps(extra))
+        record_path = folder / "record.json"
+        calls_before = len(self.calls())
+        env = self.env(**{
+            "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+            "ANSIBLE_GATHERING": "explicit",
+            "ANSIBLE_PIPELINING": "1",
+            "ANSIBLE_LOCAL_TEMP": str(folder / "ansible-local"),
+            "ANSIBLE_REMOTE_TEMP": str(folder / "ansible-remote"),
+            "ANSIBLE_ASYNC_DIR": str(folder / "ansible-async"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_STDOUT_CALLBACK": "default",
+            "ANSIBLE_CALLBACK_PLUGINS": str(HERE / "callback_plugins"),
+            "ANSIBLE_CALLBACKS_ENABLED": "role_test_record",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_HOST_KEY_CHECKING": "0",
+            "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0",
+            "LLMFLEET_ROLE_RECORD": str(record_path),
+        })
+        cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(folder / "inventory.json"), str(folder / "site.yml"),
+               "-e", "@%s" % (folder / "extra.json")] + (["--check"] if check else [])
+        proc = subprocess.run(cmd, env=env, cwd=str(folder), capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        output = proc.stdout + proc.stderr
+        log = folder / "output.log"
+        log.write_text(" ".join(cmd) + "\n" + output)
+        record = json.loads(record_path.read_text()) if record_path.exists() else {}
+        run = Run(proc.returncode, output, record, self.calls()[calls_before:], log)
+        run.journals = {path.name[:-len(".journal")]: path.read_text(errors="replace")
+                        for path in sorted(self.state.glob("*.journal"))}
+        self._check_real_system()
+        return run
+
+    # -- the real system ------------------------------------------------------------------------
+    def _real_files(self):
+        found = set()
+        for folder in (REAL_UNIT_DIR, REAL_SECRETS_DIR):
+            if folder.is_dir():
+                found.update(str(p) for p in folder.iterdir() if self.tag in p.name)
+        return found
+
+    def _check_real_system(self):
+        """Nothing named after this test's models may appear in the real unit or secrets directory:
+        the role must honour engine_service_unit_dir and engine_service_secrets_dir. What did is
+        removed (it is ours by its name), and the test fails."""
+        leaked = sorted(self._real_files() - self._real)
+        for path in leaked:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        assert not leaked, ("the role wrote %s on the real system instead of engine_service_unit_dir / "
+                            "engine_service_secrets_dir (removed again)" % ", ".join(leaked))
+
+    def close(self):
+        """Kill what the fake systemd started, keep its state with pytest's tmp_path, remove the node."""
+        try:
+            kill_recorded(self.state)
+        finally:
+            # what the fake systemd saw stays with pytest's kept tmp_path, for the failing test's reader
+            shutil.copytree(str(self.state), str(self.tmp / "systemd-state"), dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("locks", "*.lock"))
+            shutil.copytree(str(self.unit_dir), str(self.tmp / "units"), dirs_exist_ok=True, symlinks=True)
+            shutil.rmtree(str(self.base), ignore_errors=True)
+
+
+def kill_recorded(state: pathlib.Path):
+    """SIGKILL every process the fake systemd recorded in ``state/pids.log`` that still runs (by
+    pid, checked against its start time so that a reused pid is left alone), monitors first."""
+    path = state / "pids.log"
+    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    entries.sort(key=lambda e: e["what"] != "monitor")
+    left = []
+    for entry in entries:
+        if entry["ticks"] is not None and _start_ticks(entry["pid"]) == entry["ticks"]:
+            try:
+                if entry["what"] == "main":
+                    os.killpg(entry["pid"], signal.SIGKILL)  # the service leads its own process group
+                else:
+                    os.kill(entry["pid"], signal.SIGKILL)
+                left.append(entry)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:
+        left = [e for e in left if _start_ticks(e["pid"]) == e["ticks"]]
+        time.sleep(0.02)
+    assert not left, "processes still alive after SIGKILL: %s" % left
+
+
+def _start_ticks(pid):
+    """Start time of a live process (not a zombie), or None."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+@pytest.fixture(scope="session")
+def service_user():
+    """A service user name for this test session (``llmfleet-t<6 hex>``), created by the role; removed
+    with userdel at the end (only that user, and its group of the same name)."""
+    if os.geteuid() != 0:
+        pytest.fail("the role tests run as root (the role creates a system user and starts services as it)")
+    while True:
+        name = "llmfleet-t%s" % secrets.token_hex(3)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            break
+    try:
+        yield name
+    finally:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            pass
+        else:
+            subprocess.run(["userdel", name], check=True, capture_output=True, timeout=60)
+        if subprocess.run(["getent", "group", name], capture_output=True, check=False).returncode == 0:
+            subprocess.run(["groupdel", name], check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def node(tmp_path, service_user):
+    """A fake node (see Node); every process it started is killed afterwards, its directories removed."""
+    made = Node(tmp_path, service_user)
+    try:
+        yield made
+    finally:
+        made.close()

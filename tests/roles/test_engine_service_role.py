@@ -1,0 +1,129 @@
+"""The engine_service role run for real on this machine against the fake systemd (tests/roles):
+a fresh node, a steady re-run, an upgrade with drain hooks, a rollback, the busy-port preflight."""
+
+from __future__ import annotations
+
+import socket
+
+from tests.roles.conftest import http_json
+
+OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
+STARTING = ("start", "restart", "try-restart", "reload-or-restart", "stop", "kill")
+
+
+def served_version(port):
+    status, body = http_json(port, "/version")
+    assert status == 200, body
+    return body["version"]
+
+
+def gate_calls(run, unit):
+    """Indexes of the readiness gate's reads of the unit (engine_ready's systemctl show)."""
+    return [i for i, call in enumerate(run.calls)
+            if call[0] == "systemctl" and "show" in call and unit in call
+            and "ExecMainStartTimestampMonotonic" in call]
+
+
+def test_fresh_node_serves_and_a_second_run_changes_nothing(node):
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    model = node.models[0]
+    unit = node.unit(model)
+
+    run = node.play()
+    assert run.rc == 0, run.explain()
+    assert (node.unit_dir / unit).is_file()
+    assert run.verbs("daemon-reload"), run.calls
+    assert run.index(lambda c: c[:2] == ["systemctl", "daemon-reload"]) < run.index(
+        lambda c: c[0] == "systemctl" and "start" in c and unit in " ".join(c)), run.calls
+    assert node.warnings() == [], "the unit file has lines systemd ignores"
+    state = node.show(unit, "ActiveState", "SubState", "NeedDaemonReload", "UnitFileState")
+    assert state == {"ActiveState": "active", "SubState": "running", "NeedDaemonReload": "no",
+                     "UnitFileState": "enabled"}
+    pid = node.main_pid(unit)
+    assert node.uid_of(pid) == node.user_uid(), "the server does not run as %s" % node.user
+    assert served_version(model["port"]) == "0.11.2"
+    assert gate_calls(run, unit), "no readiness gate ran"
+    assert run.result["current"] == OLD and not run.result["rolled_back"], run.result
+
+    again = node.play()
+    assert again.rc == 0, again.explain()
+    assert again.changed == {"node": 0}, again.changed_tasks()
+    assert again.verbs(*STARTING) == [], again.verbs(*STARTING)
+    assert again.verbs("daemon-reload") == []
+    assert node.main_pid(unit) == pid
+
+
+def test_upgrade_drains_stops_switches_starts_gates_and_undrains(node):
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    model = node.models[0]
+    unit = node.unit(model)
+    first = node.play()
+    assert first.rc == 0, first.explain()
+    old_pid = node.main_pid(unit)
+    node.make_env(*NEW.split("-"))
+
+    run = node.play(pending=NEW, current=OLD, extra_vars=node.hook_vars())
+    assert run.rc == 0, run.explain()
+    drain = run.index(lambda c: c[:2] == ["fake-lb", "drain"])
+    stop = run.index(lambda c: c[0] == "systemctl" and "stop" in c and unit in " ".join(c))
+    start = run.index(lambda c: c[0] == "systemctl" and "start" in c and unit in " ".join(c))
+    gate = [i for i in gate_calls(run, unit) if i > start]
+    undrain = run.index(lambda c: c[:2] == ["fake-lb", "undrain"])
+    assert gate, "no readiness gate after the start"
+    assert drain < stop < start < gate[0] < undrain, run.calls
+    assert run.calls[drain][2:] == [unit] and run.calls[undrain][2:] == [unit]
+    assert node.marker(unit) == "in-service"
+
+    assert node.current() == NEW
+    assert not node.alive(old_pid), "the old server still runs"
+    assert served_version(model["port"]) == "0.15.1"
+    assert node.uid_of(node.main_pid(unit)) == node.user_uid()
+    assert run.result["current"] == NEW and not run.result["rolled_back"], run.result
+    assert node.show(unit, "NeedDaemonReload")["NeedDaemonReload"] == "no"
+    assert node.envs() == [OLD, NEW], "engine_node_keep 1 keeps the environment just left"
+
+
+def test_a_version_that_does_not_serve_is_rolled_back(node):
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    model = node.models[0]
+    unit = node.unit(model)
+    failing = {"engine_service_environment": {"FAKE_VLLM_SERVE_FAIL": "start",
+                                              "FAKE_VLLM_SERVE_FAIL_VERSIONS": "0.15.1"}}
+    first = node.play(extra_vars=failing)
+    assert first.rc == 0, first.explain()
+    node.make_env(*NEW.split("-"))
+
+    run = node.play(pending=NEW, current=OLD, extra_vars=failing)
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    assert "fake start failure" in run.output, "the failure does not quote the journal"
+    assert node.current() == OLD
+    assert run.result["rolled_back"] and run.result["current"] == OLD, run.result
+    assert node.show(unit, "ActiveState")["ActiveState"] == "active"
+    assert served_version(model["port"]) == "0.11.2"
+    assert node.envs() == [OLD, NEW], "nothing is pruned when the new version did not serve"
+
+
+def test_a_port_held_by_another_program_stops_nothing(node):
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    serving = node.models[0]
+    first = node.play()
+    assert first.rc == 0, first.explain()
+    pid = node.main_pid(node.unit(serving))
+    node.make_env(*NEW.split("-"))
+    other = node.model("b")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", other["port"]))
+        taken.listen()
+        # an upgrade would stop the serving unit: the preflight fails the host before that
+        run = node.play(models=[serving, other], pending=NEW, current=OLD, extra_vars=node.hook_vars())
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    assert 'port %d of "%s" is in use by another program' % (other["port"], other["name"]) in run.output, \
+        run.explain()
+    assert "Nothing was stopped" in run.output
+    assert run.verbs("stop", "start", "restart", "kill") == [], run.calls
+    assert not [c for c in run.calls if c[0] == "fake-lb"], "the node was drained"
+    assert node.main_pid(node.unit(serving)) == pid and node.current() == OLD

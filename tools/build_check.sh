@@ -10,7 +10,7 @@ cd "$repo"
 ansible-galaxy collection build --output-path "$out" --force >/dev/null
 tarball=$(ls "$out"/llmfleet-engines-*.tar.gz)
 listing=$(tar -tzf "$tarball")
-bad=$(printf '%s\n' "$listing" | grep -E '^(tests|bench|\.ci|\.venv|build|requirements|tools|docs/dev|extensions/molecule)/|^(Makefile|pytest.ini)$|^changelogs/fragments/.+' || true)
+bad=$(printf '%s\n' "$listing" | grep -E '^(tests|bench|\.ci|\.venv|build|requirements|tools|docs/dev|extensions/molecule)/|^(Makefile|pytest.ini|ansible.cfg)$|^changelogs/fragments/.+' || true)
 if [ -n "$bad" ]; then
   echo "ERROR: development files in $tarball:"; echo "$bad"; exit 1
 fi

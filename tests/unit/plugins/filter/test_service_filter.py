@@ -433,7 +433,7 @@ BREAKS_VLLM = ("RestrictAddressFamilies", "IPAddressDeny", "ProtectClock", "Priv
 def test_hardening_present_and_absent():
     (unit,) = units([QWEN])
     settings = directives(unit["text"])
-    keys = [key for key, _ in settings]
+    keys = [key for key, _value in settings]
     assert {key: value for key, value in settings if key in HARDENING} == HARDENING
     assert [key for key in keys if key in BREAKS_VLLM] == []
     assert sorted(key for key in set(keys) if keys.count(key) > 1) == ["Environment"]  # each setting once

@@ -154,7 +154,7 @@ def rendered(request, analyze, tmp_path_factory):
 
 
 def test_systemd_analyze_verify_passes_without_a_word(rendered):
-    _, units, _, _, scratch = rendered
+    units, scratch = rendered[1], rendered[4]
     for unit in units:
         result = run(ANALYZE, "verify", "--man=no", "--recursive-errors=no", "--root", str(scratch),
                      "%s/%s" % (UNIT_DIR, unit["unit"]))
@@ -219,7 +219,7 @@ LEFT_OFF_PREFIXES = ("RestrictAddressFamilies_", "SystemCallFilter_")
 
 
 def test_systemd_finds_the_hardening_on_and_what_breaks_vllm_off(rendered):
-    _, units, _, _, scratch = rendered
+    units, scratch = rendered[1], rendered[4]
     for unit in units:
         result = run(ANALYZE, "security", "--offline=yes", "--root", str(scratch), "--json=short", "--no-pager",
                      "%s/%s" % (UNIT_DIR, unit["unit"]))

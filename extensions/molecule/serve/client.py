@@ -8,18 +8,16 @@ A node is drained while ``<drain-dir>/<name>`` exists (the scenario's drain hook
 
 import argparse
 import json
-import os
 import time
 import urllib.error
 import urllib.request
 
 
-def send(port, model, timeout):
+def send(port, model, timeout, api_key=None):
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1}).encode()
     headers = {"Content-Type": "application/json"}
-    # the servers' API key, from the environment (never on a command line)
-    if os.environ.get("LLMFLEET_CLIENT_API_KEY"):
-        headers["Authorization"] = "Bearer " + os.environ["LLMFLEET_CLIENT_API_KEY"]
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
     request = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, data=body, headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         json.load(answer)
@@ -35,7 +33,13 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--ready")
     parser.add_argument("--max-seconds", type=float, default=900)
+    # the servers' API key, read from a file (never on a command line)
+    parser.add_argument("--api-key-file")
     args = parser.parse_args()
+    api_key = None
+    if args.api_key_file:
+        with open(args.api_key_file, encoding="utf-8") as handle:
+            api_key = handle.read().strip()
     nodes = [(name, int(port)) for name, port in (item.split("=", 1) for item in args.node)]
     counts = {"sent": 0, "ok": 0, "failed": 0, "no_node_in_rotation_s": 0.0,
               "per_node": {name: {"sent": 0, "ok": 0, "failed": 0} for name, _port in nodes}, "errors": []}
@@ -52,7 +56,7 @@ def main():
         counts["sent"] += 1
         counts["per_node"][name]["sent"] += 1
         try:
-            send(port, args.model, 30)
+            send(port, args.model, 30, api_key)
         except (OSError, urllib.error.URLError, ValueError) as exc:
             counts["failed"] += 1
             counts["per_node"][name]["failed"] += 1

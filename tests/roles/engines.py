@@ -58,11 +58,16 @@ def _write(path: pathlib.Path, data, mode=0o644):
     path.chmod(mode)
 
 
-def make_env(root, version: str, build: str = "cu129", vllm_version: str | None = None) -> str:
+def make_env(root, version: str, build: str = "cu129", vllm_version: str | None = None,
+             fail_flag: bool = False, detach: bool = False) -> str:
     """Make the environment ``<version>-<build>`` under ``<root>/engines/vllm``; returns its name.
 
     ``vllm_version``: what ``vllm.__version__`` says (default ``version``; a GitHub build says
-    e.g. ``0.20.0+cu129``)."""
+    e.g. ``0.20.0+cu129``). ``fail_flag``: ``bin/vllm`` exits 1 at once while the file
+    ``<env>/fail-start`` exists (a test's hook makes this version fail from then on).
+    ``detach``: ``bin/vllm`` runs the server in a child of its own session and exits 0 on SIGTERM
+    without it, so a stop (the fake systemd signals the main process's group) leaves the server
+    running: a stale server still answering on the port (the test kills it)."""
     name = "%s-%s" % (version, build)
     env = engines_dir(root) / name
     if env.exists():
@@ -75,13 +80,30 @@ def make_env(root, version: str, build: str = "cu129", vllm_version: str | None 
             _write(site / rel, data)
     _mkdirs(env / "bin")
     os.symlink(SYSTEM_PYTHON, str(env / "bin" / "python"))
-    _write(env / "bin" / "vllm", (
+    script = (
         "#!%s\n"
         "# the vllm console script of the fake environment %s (tests/roles/engines.py)\n"
         "import sys\n"
-        "sys.path.insert(0, %r)\n"
-        "from vllm.scripts import main\n"
-        "sys.exit(main())\n") % (env / "bin" / "python", name, str(site)), mode=0o755)
+        "sys.path.insert(0, %r)\n") % (env / "bin" / "python", name, str(site))
+    if fail_flag:
+        script += (
+            "import os\n"
+            "if os.path.exists(%r):\n"
+            "    sys.exit('fake environment %s: fail-start exists, refusing to start')\n") % (str(env / "fail-start"), name)
+    if detach:
+        script += (
+            "import os, signal\n"
+            "child = os.fork()\n"
+            "if child == 0:\n"
+            "    os.setsid()  # out of the unit's process group: a stop does not reach the server\n"
+            "    from vllm.scripts import main\n"
+            "    sys.exit(main())\n"
+            "signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # leaves the server running\n"
+            "_pid, status = os.waitpid(child, 0)\n"
+            "sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)\n")
+    else:
+        script += "from vllm.scripts import main\nsys.exit(main())\n"
+    _write(env / "bin" / "vllm", script, mode=0o755)
     _write(env / "pyvenv.cfg", "home = %s\nversion_info = %d.%d\ninclude-system-site-packages = false\n"
            % (os.path.dirname(SYSTEM_PYTHON), sys.version_info[0], sys.version_info[1]))
     lock = env / LOCK_FILE_NAME

@@ -66,6 +66,19 @@ def engine_service_seconds_problem(value, variable, least=0):
                least)]
 
 
+def engine_service_tensor_parallel(model):
+    """The tensor-parallel size a model's ``args`` ask vLLM for (``--tensor-parallel-size N``,
+    ``--tensor-parallel-size=N``, ``-tp N``), 1 when they do not; 0 for a value that is not a number."""
+    args = [str(a) for a in (model.get("args") or [])] if isinstance(model, dict) else []
+    size = "1"
+    for index, arg in enumerate(args):
+        if arg in ("--tensor-parallel-size", "-tp") and index + 1 < len(args):
+            size = args[index + 1]
+        elif arg.startswith("--tensor-parallel-size="):
+            size = arg.split("=", 1)[1]
+    return int(size) if size.strip().isdigit() else 0
+
+
 class FilterModule:
     """llmfleet.engines filters for the engine_service role's rollout."""
 
@@ -74,4 +87,5 @@ class FilterModule:
             "engine_service_saved_units": engine_service_saved_units,
             "engine_service_changed_units": engine_service_changed_units,
             "engine_service_seconds_problem": engine_service_seconds_problem,
+            "engine_service_tensor_parallel": engine_service_tensor_parallel,
         }

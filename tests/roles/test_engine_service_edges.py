@@ -131,3 +131,20 @@ def test_check_mode_on_a_host_without_the_service_user_says_what_it_would_do(nod
     assert not (node.unit_dir / unit).exists() and not node.secrets_dir.exists()
     assert run.verbs("start", "stop", "restart", "daemon-reload", "enable") == [], run.calls
     assert not (node.root / "serve").exists()
+
+
+def test_tensor_parallelism_on_a_small_dev_shm_is_refused_before_anything_stops(node):
+    """Issue 17, item 14: NCCL needs /dev/shm; a container's 64 MiB makes the start fail or hang."""
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    parallel = dict(node.models[0], args=["--tensor-parallel-size", "2"])
+    with open("/proc/mounts", encoding="utf-8") as mounts:
+        assert any(line.split()[1] == "/dev/shm" for line in mounts), "this machine has no /dev/shm"
+    small = node.play(models=[parallel], extra_vars={"engine_service_shm_min_mib": 10 ** 9})
+    assert small.rc != 0 and small.failures == {"node": 1}, small.explain()
+    assert "MiB and a model uses tensor parallelism (of size 2), allowed: at least engine_service_shm_min_mib" \
+        in small.output, small.explain()
+    assert small.verbs("stop", "start", "restart") == [] and not (node.unit_dir / node.unit(parallel)).exists()
+    # the same model with enough /dev/shm passes the preflight and serves
+    enough = node.play(models=[parallel], extra_vars={"engine_service_shm_min_mib": 1})
+    assert enough.rc == 0, enough.explain()

@@ -47,3 +47,11 @@ def test_seconds_problem(value, least, ok):
     if not ok:
         assert problems[0].startswith("variable engine_service_lock_wait is ")
         assert problems[0].endswith("allowed: a whole number of seconds, %d or more" % least)
+
+
+@pytest.mark.parametrize("args, size", [
+    (None, 1), ([], 1), (["--tensor-parallel-size", "4"], 4), (["--tensor-parallel-size=2"], 2), (["-tp", 8], 8),
+    (["--max-model-len", "4096"], 1), (["--tensor-parallel-size", "two"], 0), (["--tensor-parallel-size"], 1),
+])
+def test_tensor_parallel_size(args, size):
+    assert rollout.engine_service_tensor_parallel({"name": "m", "args": args}) == size

@@ -8,6 +8,7 @@ A node is drained while ``<drain-dir>/<name>`` exists (the scenario's drain hook
 
 import argparse
 import json
+import os
 import time
 import urllib.error
 import urllib.request

@@ -58,7 +58,15 @@ UNIT_PREFIX = "llmfleet-vllm-"
 STOP_MARGIN_S = 30
 MIN_LIMIT_NOFILE = 1024
 SECRETS_DIR = "/etc/llmfleet/engine_service"
-MODEL_KEYS = ("name", "model", "port", "args", "environment", "api_key")
+MODEL_KEYS = ("name", "model", "port", "args", "environment", "api_key", "revision")
+# A model id on the hub (org/name), as engine_service_models[].model names it when it is pinned.
+_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+# A revision: a branch, a tag or a commit (git's ref names, without what a ref may not hold).
+_REVISION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}")
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+# What the role sets on the command line and in the environment of a pinned model's unit.
+PINNED_ARGS = ("--revision", "--tokenizer-revision", "--code-revision")
+PINNED_NAMES = ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT")
 
 # Hardening that vLLM tolerates, each with why it is there, and what is left out on purpose.
 HARDENING = (
@@ -194,14 +202,14 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
     where = "variable engine_service_models"
     out = []
     if not isinstance(models, list):
-        out.append("%s is %s, allowed: a list of models, each {name, model, port[, args, environment, api_key]}"
+        out.append("%s is %s, allowed: a list of models, each {name, model, port[, args, environment, api_key, revision]}"
                    % (where, _json(models)))
         models = []
     names, ports = {}, {}
     for index, entry in enumerate(models):
         item = "%s[%d]" % (where, index)
         if not isinstance(entry, dict):
-            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment, api_key]}"
+            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment, api_key, revision]}"
                        % (item, _json(entry)))
             continue
         unknown = sorted(str(k) for k in set(entry) - set(MODEL_KEYS))
@@ -252,6 +260,8 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
                 out.append("%s.args sets %s, which would put a secret in the world-readable unit and in argv:"
                            " use %s (a root-only EnvironmentFile)" % (item, option, SECRET_ARGS[option]))
         out.extend(_environment_problems(entry.get("environment", {}), item + ".environment"))
+        if "revision" in entry:
+            out.extend(_revision_problems(entry, item))
         if "api_key" in entry:
             problem = _secret_problem(entry["api_key"], item + ".api_key")
             if problem is None and not entry["api_key"]:
@@ -271,6 +281,56 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
                 out.append("variable engine_service_secret_environment sets %s, which %s sets too: set it in one"
                            " of them" % (", ".join(str(k) for k in both), variable))
     return out
+
+
+def _revision_problems(entry, item):
+    """Problems of a pinned model (one that gives ``revision``): a hub model id, a revision git would
+    accept, and no args or environment that would undo the pin."""
+    out = []
+    revision = entry["revision"]
+    if not isinstance(revision, str) or not _REVISION_RE.fullmatch(revision) or ".." in revision \
+            or revision.endswith((".", "/", ".lock")) or "//" in revision:
+        out.append("%s.revision is %s, allowed: a branch, a tag or a 40-hex commit of the model's repository"
+                   " (letters, digits, '.', '_', '/', '+', '-')" % (item, _json(revision)))
+    model = entry.get("model")
+    if isinstance(model, str) and not _control(model) and not (_REPO_RE.fullmatch(model) and "--" not in model
+                                                                  and ".." not in model):
+        out.append("%s.model is %s with a revision, allowed: a model id on the hub (org/name); a model path on"
+                   " the node has no revision (leave revision out)" % (item, _json(model)))
+    args = entry.get("args", [])
+    if isinstance(args, list) and all(_scalar(a) for a in args):
+        for option in sorted({_arg_sets(a, PINNED_ARGS) for a in args} - {None}):
+            out.append("%s.args sets %s, which the role sets to the pinned commit of revision: leave it out"
+                       % (item, option))
+    env = entry.get("environment", {})
+    if isinstance(env, dict):
+        for key in sorted(set(env) & set(PINNED_NAMES)):
+            out.append("%s.environment sets %s, which the role sets for a pinned model (served offline from"
+                       " <root>/models): leave it out" % (item, key))
+    return out
+
+
+def engine_service_model_pins(models):
+    """The distinct (model, revision) pins of lists of models (``engine_service_models`` of several hosts, or
+    of one): ``[{repo, revision, key, file}]``, sorted by key. ``key`` (``org/name@revision``) indexes the
+    locks; ``file`` is the lock file's name (``org--name@revision.json``, ``/`` of a revision as ``--``).
+    Entries that are not valid pins are left out (the validation names them)."""
+    if not isinstance(models, list):
+        raise AnsibleFilterError("engine_service_model_pins: the input must be a list of models (or of lists of"
+                                 " models), not %s" % type(models).__name__)
+    flat = []
+    for entry in models:
+        flat.extend(entry if isinstance(entry, list) else [entry])
+    pins = {}
+    for entry in flat:
+        if not isinstance(entry, dict) or "revision" not in entry:
+            continue
+        if _revision_problems(entry, "model") or not isinstance(entry.get("model"), str):
+            continue
+        key = "%s@%s" % (entry["model"], entry["revision"])
+        pins[key] = {"repo": entry["model"], "revision": entry["revision"], "key": key,
+                     "file": "%s@%s.json" % (entry["model"].replace("/", "--"), entry["revision"].replace("/", "--"))}
+    return [pins[k] for k in sorted(pins)]
 
 
 def _role_problems(environment, secret_environment, api_key, hf_token, root, user, host, shutdown_timeout,
@@ -385,7 +445,7 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
 
 def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None,
                          user="llmfleet-vllm", ready_timeout=900, limit_nofile=65536, secrets_dir=SECRETS_DIR,
-                         api_key=""):
+                         api_key="", locks=None):
     """The unit of each served model: ``[{name, unit, port, model, url, argv, exec_start, environment, cache_dirs,
     working_directory, writable_dirs, environment_file, api_key_from, text}]``.
 
@@ -393,6 +453,11 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     points then): vLLM's, Triton's and FlashInfer's compiled caches are kept per environment, so
     a new version never loads kernels another one compiled. ``api_key`` (``engine_service_api_key``, or
     whether it is set, a bool) only decides ``api_key_from``: no secret is returned.
+
+    ``locks`` maps each pin (``org/name@revision``, see ``engine_service_model_pins``) to its model lock
+    (``hf_revision``'s ``lock``, or at least ``{commit}``). A pinned model's unit serves offline
+    (``HF_HUB_OFFLINE=1``) from the snapshot that ``model_snapshot`` staged under ``<root>/models``
+    (``HF_HUB_CACHE``, read-only to the service), at that commit (``--revision``, ``--tokenizer-revision``).
     """
     _fail("engine_service_units", engine_service_problems(
         models, environment=environment or {}, api_key=None if isinstance(api_key, bool) else api_key,
@@ -420,10 +485,25 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
         }
         env.update(common)
         env.update(entry.get("environment") or {})
+        commit = None
+        if "revision" in entry:
+            pin = "%s@%s" % (entry["model"], entry["revision"])
+            lock = (locks or {}).get(pin) if isinstance(locks, dict) else None
+            commit = lock.get("commit") if isinstance(lock, dict) else None
+            if not isinstance(commit, str) or not _COMMIT_RE.fullmatch(commit):
+                raise AnsibleFilterError("engine_service_units: no lock (a commit) for the model %s at revision %s"
+                                         " (engine_service_models entry %s): the role resolves it with"
+                                         " llmfleet.engines.hf_revision before it renders the units"
+                                         % (_json(entry["model"]), _json(entry["revision"]), _json(entry["name"])))
+            env["HF_HUB_CACHE"] = "%s/models" % root
+            env["HF_HUB_OFFLINE"] = "1"
         env = {key: str(value) for key, value in env.items()}
         argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"], "--host", host,
                 "--port", str(port), "--served-model-name", entry["name"],
-                "--shutdown-timeout", str(shutdown_timeout)] + [str(a) for a in entry.get("args") or []]
+                "--shutdown-timeout", str(shutdown_timeout)]
+        if commit:
+            argv += ["--revision", commit, "--tokenizer-revision", commit]
+        argv += [str(a) for a in entry.get("args") or []]
         connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         unit_name = "%s%s.service" % (UNIT_PREFIX, entry["name"])
         cache_dirs = sorted({env[k].rstrip("/") for k in PATH_NAMES if k != "HOME"})
@@ -443,6 +523,8 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
                                                           - {"%s/serve" % root}),
             "environment_file": "%s/%s.env" % (secrets_dir, unit_name),
             "api_key_from": "model" if entry.get("api_key") else "global" if api_key else "none",
+            "revision": entry.get("revision"),
+            "commit": commit,
         }
         unit["text"] = _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_name)
         out.append(unit)
@@ -541,6 +623,7 @@ class FilterModule:
         return {
             "engine_service_problems": engine_service_problems,
             "engine_service_units": engine_service_units,
+            "engine_service_model_pins": engine_service_model_pins,
             "engine_service_secret_file": engine_service_secret_file,
             "engine_service_unit_states": engine_service_unit_states,
             "engine_service_says": engine_service_says,

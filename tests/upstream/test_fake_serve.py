@@ -492,3 +492,44 @@ def test_version_still_prints(sites):
     proc = subprocess.run([str(sites["0.15.1"] / "bin" / "vllm"), "--version"], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert (proc.returncode, proc.stdout.strip()) == (0, "0.15.1"), proc.stderr
+
+
+def _snapshot(cache, repo="llmfleet-test/tiny-chat", commit="c" * 40, ref="main", blob=True):
+    """A hub cache with one snapshot, laid out as huggingface_hub does (links into blobs/)."""
+    folder = cache / ("models--" + repo.replace("/", "--"))
+    (folder / "blobs").mkdir(parents=True)
+    (folder / "snapshots" / commit).mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / ref).write_text(commit)
+    for name, oid in (("config.json", "a" * 40), ("model.safetensors", "b" * 64)):
+        if blob or name == "config.json":
+            (folder / "blobs" / oid).write_bytes(b"{}")
+        (folder / "snapshots" / commit / name).symlink_to("../../blobs/" + oid)
+    return folder / "snapshots" / commit
+
+
+@pytest.mark.parametrize("revision", ["c" * 40, "main"])
+def test_a_pinned_model_is_served_offline_from_its_snapshot(serve, tmp_path, revision):
+    snapshot = _snapshot(tmp_path / "hub")
+    port = free_port()
+    vllm = serve(*listen_args(port, "llmfleet-test/tiny-chat"), "--revision", revision, "--tokenizer-revision",
+                 revision, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"))
+    vllm.wait_ready(port)
+    assert "Using model weights from the local snapshot %s" % snapshot in vllm.stdout()
+
+
+@pytest.mark.parametrize("case", ["online", "no-snapshot", "missing-blob", "unknown-ref"])
+def test_a_pinned_model_without_its_offline_snapshot_exits_1(serve, tmp_path, case):
+    _snapshot(tmp_path / "hub", blob=case != "missing-blob")
+    env = {"HF_HUB_CACHE": str(tmp_path / ("elsewhere" if case == "no-snapshot" else "hub"))}
+    if case != "online":
+        env["HF_HUB_OFFLINE"] = "1"
+    revision = "v2" if case == "unknown-ref" else "c" * 40
+    port = free_port()
+    vllm = serve(*listen_args(port, "llmfleet-test/tiny-chat"), "--revision", revision, **env)
+    assert vllm.wait(timeout=5) == 1
+    err = vllm.stderr()
+    assert {"online": "HF_HUB_OFFLINE=1", "no-snapshot": "LocalEntryNotFoundError",
+            "missing-blob": "model.safetensors is not a readable file",
+            "unknown-ref": "refs/v2"}[case] in err, err
+    assert "Starting vLLM API server" not in vllm.stdout()

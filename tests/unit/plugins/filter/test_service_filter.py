@@ -55,8 +55,8 @@ def directives(text, section="Service"):
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures", "engine_service_problems",
-                         "engine_service_says", "engine_service_secret_file", "engine_service_unit_states",
+    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures", "engine_service_model_pins",
+                         "engine_service_problems", "engine_service_says", "engine_service_secret_file", "engine_service_unit_states",
                          "engine_service_units"]
     for name in F:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
@@ -77,7 +77,7 @@ def test_problems_none(models):
 
 @pytest.mark.parametrize("models, expected", [
     ("qwen", ['variable engine_service_models is "qwen", allowed: a list of models, each {name, model, port[, args,'
-              ' environment, api_key]}']),
+              ' environment, api_key, revision]}']),
     ([{"name": "qwen", "model": "m", "port": "http"}],
      ['variable engine_service_models[0].port is "http", allowed: a whole number from 1024 to 65535']),
     ([{"name": "qwen", "model": "m", "port": 0}],
@@ -85,7 +85,7 @@ def test_problems_none(models):
     ([{"name": "qwen", "model": "m", "port": True}],
      ["variable engine_service_models[0].port is true, allowed: a whole number from 1024 to 65535"]),
     ([{"name": "Qwen 8B", "model": "", "port": 8000, "mdoel": "x"}],
-     ["variable engine_service_models[0] has mdoel, allowed keys: name, model, port, args, environment, api_key",
+     ["variable engine_service_models[0] has mdoel, allowed keys: name, model, port, args, environment, api_key, revision",
       'variable engine_service_models[0].name is "Qwen 8B", allowed: 1-48 of a-z, 0-9 and -, starting with a letter'
       " or digit (it names the unit llmfleet-vllm-<name>.service)",
       'variable engine_service_models[0].model is "", allowed: a model name (org/model) or an absolute path on the node']),
@@ -116,7 +116,7 @@ def test_problems_none(models):
       'variable engine_service_models[0].environment.HOME is "/srv/../etc", allowed: %s (the service writes there:'
       " ReadWritePaths=)" % PATHS]),
     (["qwen"], ['variable engine_service_models[0] is "qwen", allowed: a mapping {name, model, port[, args,'
-                ' environment, api_key]}']),
+                ' environment, api_key, revision]}']),
 ])
 def test_problems(models, expected):
     assert F["engine_service_problems"](models) == expected
@@ -356,6 +356,8 @@ def test_units():
                           "/opt/llmfleet/cache/vllm/0.20.0-cu13", "/opt/llmfleet/cache/xdg/0.20.0-cu13"],
         "environment_file": "/etc/llmfleet/engine_service/llmfleet-vllm-qwen.service.env",
         "api_key_from": "none",
+        "revision": None,
+        "commit": None,
     }
     assert directives(text) == [
         ("Type", "exec"),
@@ -588,3 +590,70 @@ def test_the_unreadable_message_names_the_model_and_the_service_user():
     assert F["engine_service_says"]({"name": "m", "model": "/srv/m"}, "unreadable", "llmfleet-vllm") == (
         'variable engine_service_models: model "/srv/m" of "m" cannot be read by the service user "llmfleet-vllm" on'
         " this node (vLLM runs as that user; allowed: a path it can read and enter)")
+
+
+# -- pinned models (revision) --------------------------------------------------------------------
+PINNED = dict(QWEN, revision="v1")
+LOCKS = {"Qwen/Qwen3-8B@v1": {"commit": "0123456789abcdef0123456789abcdef01234567"}}
+
+
+def test_a_pinned_model_serves_offline_at_its_commit():
+    unit = units([PINNED], locks=LOCKS)[0]
+    commit = LOCKS["Qwen/Qwen3-8B@v1"]["commit"]
+    assert unit["argv"][unit["argv"].index("--revision") + 1] == commit
+    assert unit["argv"][unit["argv"].index("--tokenizer-revision") + 1] == commit
+    assert (unit["revision"], unit["commit"]) == ("v1", commit)
+    env = dict(value.strip('"').split("=", 1) for key, value in directives(unit["text"]) if key == "Environment")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HUB_CACHE"] == "/opt/llmfleet/models"
+    # the weights are read-only to the service: not among the paths it may write
+    assert not any(d.startswith("/opt/llmfleet/models") for d in unit["writable_dirs"])
+    plain = units([QWEN], locks=LOCKS)[0]
+    assert "--revision" not in plain["argv"] and plain["commit"] is None
+    assert "HF_HUB_OFFLINE" not in plain["text"]
+
+
+def test_a_pinned_model_pins_over_the_common_environment():
+    unit = units([PINNED], locks=LOCKS, environment={"HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": "/srv/hub"})[0]
+    assert '"HF_HUB_OFFLINE=1"' in unit["environment"] and '"HF_HUB_CACHE=/opt/llmfleet/models"' in unit["environment"]
+
+
+@pytest.mark.parametrize("locks", [None, {}, {"Qwen/Qwen3-8B@v2": LOCKS["Qwen/Qwen3-8B@v1"]},
+                                   {"Qwen/Qwen3-8B@v1": {"commit": "v1"}}])
+def test_a_pinned_model_without_its_lock_is_not_rendered(locks):
+    with pytest.raises(AnsibleFilterError, match=r'no lock \(a commit\) for the model "Qwen/Qwen3-8B" at revision "v1"'):
+        units([PINNED], locks=locks)
+
+
+@pytest.mark.parametrize("entry, problem", [
+    (dict(PINNED, revision=""), 'engine_service_models[0].revision is ""'),
+    (dict(PINNED, revision="a..b"), 'revision is "a..b"'),
+    (dict(PINNED, revision="-x"), 'revision is "-x"'),
+    (dict(PINNED, revision=7), "revision is 7"),
+    (dict(PINNED, revision="main\n"), 'revision is "main\\n"'),
+    (dict(PINNED, model="/srv/models/qwen"), 'model is "/srv/models/qwen" with a revision'),
+    (dict(PINNED, model="a--b/c"), 'model is "a--b/c" with a revision'),
+    (dict(PINNED, args=["--revision=main"]), "args sets --revision, which the role sets to the pinned commit"),
+    (dict(PINNED, args=["--tokenizer-rev", "x"]), "args sets --tokenizer-revision"),
+    (dict(PINNED, environment={"HF_HUB_OFFLINE": "0"}), "environment sets HF_HUB_OFFLINE, which the role sets"),
+    (dict(PINNED, environment={"HF_ENDPOINT": "http://x"}), "environment sets HF_ENDPOINT"),
+])
+def test_pinned_model_problems(entry, problem):
+    problems = F["engine_service_problems"]([entry])
+    assert any(problem in p for p in problems), problems
+
+
+def test_unpinned_models_keep_their_args_and_environment():
+    assert F["engine_service_problems"]([dict(QWEN, args=["--revision", "main"], environment={"HF_HUB_OFFLINE": "1"})]) == []
+
+
+def test_model_pins_are_distinct_and_sorted():
+    hosts = [[PINNED, dict(QWEN, name="b", port=8001, revision="main")],
+             [dict(PINNED, name="c"), QWEN, dict(QWEN, model="org/x", revision="refs/pr/1")],
+             [dict(PINNED, revision="..")]]
+    pins = F["engine_service_model_pins"](hosts)
+    assert [p["key"] for p in pins] == ["Qwen/Qwen3-8B@main", "Qwen/Qwen3-8B@v1", "org/x@refs/pr/1"]
+    assert pins[2] == {"repo": "org/x", "revision": "refs/pr/1", "key": "org/x@refs/pr/1",
+                       "file": "org--x@refs--pr--1.json"}
+    assert F["engine_service_model_pins"]([QWEN]) == []
+    with pytest.raises(AnsibleFilterError):
+        F["engine_service_model_pins"]("Qwen/Qwen3-8B")

@@ -45,6 +45,12 @@ Environment (read at start-up):
   version.
 
 A bad value of one of these variables exits 1 with a message naming it.
+
+Weights: this fake has no network. A MODEL id with ``--revision``, or any MODEL id under
+``HF_HUB_OFFLINE=1``, is loaded from the hub's cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``) as the
+real ``huggingface_hub`` finds it offline (``models--org--name/snapshots/<commit>``, ``refs/<revision>``),
+and exits 1 before anything is bound when ``HF_HUB_OFFLINE=1`` is missing or the snapshot is not there
+complete (``config.json`` and every link resolving to a readable blob).
 """
 
 import argparse
@@ -94,6 +100,9 @@ def _parser():
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="number of GPUs per model")
     parser.add_argument("--dtype", choices=DTYPES, default="auto", help="model weights data type")
     parser.add_argument("--api-key", default=None, help="require this key in 'Authorization: Bearer' on /v1")
+    parser.add_argument("--revision", default=None, help="the model's revision on the hub (branch, tag or commit)")
+    parser.add_argument("--tokenizer-revision", default=None, help="the tokenizer's revision (default: --revision)")
+    parser.add_argument("--code-revision", default=None, help="the revision of the model's code on the hub")
     return parser
 
 
@@ -444,7 +453,57 @@ def main(argv=None):
         sys.stderr.write("ValueError: Invalid repository ID or local directory specified: '%s'. The model path %s "
                          "does not exist or is not a directory.\n" % (args.model, args.model))
         return 1
+    if not args.model.startswith(("/", ".")):
+        snapshot, problem = _hub_snapshot(args.model, args.revision, os.environ)
+        if problem:
+            sys.stderr.write(problem + "\n")
+            return 1
+        if snapshot:
+            _log("INFO", "weight_utils.py:440", "Using model weights from the local snapshot %s" % snapshot)
     return _load_and_serve(args, load_seconds, completion_seconds, failure)
+
+
+_OFFLINE_HINT = ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder for"
+                 " the specified revision on the local disk and outgoing traffic has been disabled. To enable repo"
+                 " look-ups and downloads online, set 'HF_HUB_OFFLINE=0' as environment variable.")
+
+
+def _hub_snapshot(model, revision, environ):
+    """Where a model id's weights come from: ``(snapshot dir or None, problem or None)``.
+
+    This fake has no network. A model id with ``--revision``, or any model id under ``HF_HUB_OFFLINE=1``,
+    must be served offline from the hub's cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``), as the real
+    ``huggingface_hub`` finds it: ``models--org--name/snapshots/<commit>`` (the revision, or the commit
+    ``refs/<revision>`` holds), with ``config.json`` and every other link there pointing at a blob.
+    A model id with neither is loaded as before (the real one would download it).
+    """
+    offline = environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    if revision is None and not offline:
+        return None, None
+    if not offline:
+        return None, ("OSError: this fake vLLM has no network: %s at revision %s would be downloaded from the hub."
+                      " A pinned model is served with HF_HUB_OFFLINE=1 from its snapshot in HF_HUB_CACHE"
+                      % (model, revision))
+    home = environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    cache = environ.get("HF_HUB_CACHE") or environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    repo = os.path.join(cache, "models--" + model.replace("/", "--"))
+    revision = revision or "main"
+    commit = revision
+    if not (len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)):
+        try:
+            with open(os.path.join(repo, "refs", revision)) as handle:
+                commit = handle.read().strip()
+        except OSError:
+            return None, _OFFLINE_HINT + " (no %s)" % os.path.join(repo, "refs", revision)
+    snapshot = os.path.join(repo, "snapshots", commit)
+    if not os.path.isfile(os.path.join(snapshot, "config.json")):
+        return None, _OFFLINE_HINT + " (no %s)" % os.path.join(snapshot, "config.json")
+    for top, _dirs, files in os.walk(snapshot):
+        for name in files:
+            path = os.path.join(top, name)
+            if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                return None, "OSError: %s is not a readable file (a link to a missing blob?)" % path
+    return snapshot, None
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The fake upstream HTTP server: PyPI JSON + simple index, GitHub releases, PyTorch extra indexes.
+"""The fake upstream HTTP server: PyPI JSON + simple index, GitHub releases, PyTorch extra indexes,
+and the Hugging Face hub (``tests.upstream.hub``, under ``/hub``; its CDN on a port of its own).
 
 Standard library only (``http.server.ThreadingHTTPServer`` in a thread on 127.0.0.1). The URL
 layout, the control endpoints and the catalogue are specified in ``docs/dev/CONTRACTS.md``.
@@ -19,7 +20,7 @@ import urllib.parse
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from tests.upstream import catalog
+from tests.upstream import catalog, hub
 from tests.upstream.builder import normalize, tamper
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -219,6 +220,8 @@ class State:
         if kind in ("tamper", "wrong_digest"):
             if not isinstance(rule.get("filename"), str) or not rule["filename"]:
                 raise ControlError("fault %s needs a filename" % kind)
+            if "repo" in rule and not isinstance(rule["repo"], str):
+                raise ControlError("fault %s: repo must be a hub repo name (org/name)" % kind)
         else:
             rule.setdefault("count", 1)
             rule.setdefault("path", "/github/api/" if kind == "rate_limit" else "/")
@@ -278,6 +281,11 @@ class State:
         with self.lock:
             return {rule["filename"] for rule in self.faults if rule["kind"] == kind}
 
+    def rules(self, kind: str) -> list[dict]:
+        """Copies of the rules of one kind (the hub's tamper rules may name a ``repo``)."""
+        with self.lock:
+            return [dict(rule) for rule in self.faults if rule["kind"] == kind]
+
     def record(self, entry: dict) -> None:
         with self.lock:
             self.requests.append(entry)
@@ -315,6 +323,16 @@ def _redirect(status: int, location: str, raw_query: str = "") -> Response:
         location += "?" + raw_query
     body = ("<html><body>Moved to <a href=\"%s\">%s</a></body></html>\n" % (html.escape(location), html.escape(location)))
     return Response(status, body.encode(), "text/html; charset=UTF-8", {"Location": location})
+
+
+def _logged_headers(path: str, headers) -> dict:
+    """The request's headers for the log; the hub's tokens never reach it (masked)."""
+    out = dict(headers.items())
+    for key, value in out.items():
+        hub_auth = key.lower() == "authorization" and path.startswith((hub.HUB_PREFIX + "/", hub.HUB_CDN_PREFIX + "/"))
+        if hub_auth or hub.HUB_TOKEN in value:
+            out[key] = value.split(" ", 1)[0] + " ***" if " " in value else "***"
+    return out
 
 
 def _blob_error(status: int, code: str, message: str) -> Response:
@@ -704,6 +722,9 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.unquote(split.path)
         query = urllib.parse.parse_qs(split.query)
         body = self._read_body()
+        if self.server.cdn and not path.startswith(hub.HUB_CDN_PREFIX + "/"):
+            self._send(_blob_error(404, "NoSuchKey", "The specified key does not exist."), send_body)
+            return
         if path.startswith("/_control/"):
             self._send(owner.control(self.command, path, body), send_body)
             return
@@ -737,7 +758,10 @@ class _Handler(BaseHTTPRequestHandler):
                 response = _json({"message": "Method Not Allowed"}, 405)
             else:
                 try:
-                    response = owner.upstream.route(path, query, self.headers.get("Accept") or "", split.query)
+                    if path.startswith((hub.HUB_PREFIX + "/", hub.HUB_CDN_PREFIX + "/")):
+                        response = owner.hub.route(split.path, split.query, self.headers)
+                    else:
+                        response = owner.upstream.route(path, query, self.headers.get("Accept") or "", split.query)
                 except Exception as exc:  # pylint: disable=broad-except
                     response = _json({"message": "fake upstream bug: %r" % exc}, 500)
         owner.state.record(
@@ -747,7 +771,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "raw_path": split.path,
                 "query": split.query,
                 "status": response.status,
-                "headers": dict(self.headers.items()),
+                "headers": _logged_headers(path, self.headers),
                 "time": started,
                 "fault": rules[-1]["kind"] if rules else None,
             }
@@ -762,44 +786,54 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     owner: "FakeUpstream"
+    cdn = False  # the hub's CDN listener: serves /hub-cdn/ only
 
 
 class FakeUpstream:
     """The fake upstream, started in a background thread (see docs/dev/CONTRACTS.md)."""
 
-    def __init__(self, packages, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, packages, host: str = "127.0.0.1", port: int = 0, hub_bench_size: int = hub.BENCH_SIZE):
         self.packages = pathlib.Path(packages)
         self.catalogue = Catalogue(self.packages)
         self.state = State()
+        self.hub = hub.Hub(self.state, bench_size=hub_bench_size)
         self._host = host
         self._port = port
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._cdn: _Server | None = None
+        self._threads: list[threading.Thread] = []
         self.upstream: Upstream | None = None
 
     # -- life cycle -------------------------------------------------------------------------------
     def start(self) -> "FakeUpstream":
         if self._server is not None:
             return self
-        server = _Server((self._host, self._port), _Handler)
-        server.owner = self
-        self._server = server
+        # The hub's CDN is another origin (as cdn-lfs.hf.co is): a second port, so that clients (the
+        # real huggingface_hub too) treat its redirects as leaving the hub and send it no token.
+        self._server = _Server((self._host, self._port), _Handler)
+        self._cdn = _Server((self._host, 0), _Handler)
+        self._cdn.cdn = True
+        for name, server in (("fake-upstream", self._server), ("fake-hub-cdn", self._cdn)):
+            server.owner = self
+            self._threads.append(
+                threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
+            )
         self.upstream = Upstream(self.catalogue, self.state, self.url)
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-upstream", daemon=True
-        )
-        self._thread.start()
+        self.hub.base, self.hub.cdn_base = self.url, self.hub_cdn_url
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         if self._server is None:
             return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+        for server in (self._server, self._cdn):
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._server = self._cdn = None
+        self._threads = []
 
     def __enter__(self):
         return self.start()
@@ -817,6 +851,18 @@ class FakeUpstream:
     def url(self) -> str:
         return "http://%s:%d" % (self._host, self.port)
 
+    @property
+    def hub_url(self) -> str:
+        """The fake hub's endpoint (``HF_ENDPOINT``)."""
+        return self.url + hub.HUB_PREFIX
+
+    @property
+    def hub_cdn_url(self) -> str:
+        """The hub CDN's origin (another port of 127.0.0.1): its URLs are ``<this>/hub-cdn/...``."""
+        if self._cdn is None:
+            raise RuntimeError("fake upstream is not started")
+        return "http://%s:%d" % (self._host, self._cdn.server_address[1])
+
     # -- control (the same as the /_control endpoints) --------------------------------------------
     def fault(self, kind: str, **kw) -> dict:
         return self.state.add_fault(dict(kw, kind=kind))
@@ -832,9 +878,21 @@ class FakeUpstream:
 
     def reset(self) -> None:
         self.state.reset()
+        self.hub.reset()
 
     def catalog(self) -> dict:
         return self.catalogue.as_json()
+
+    def hub_commit(self, repo: str, files: dict, branch: str = "main", message: str | None = None,
+                   tag: str | None = None) -> str:
+        """Same as POST /_control/hub_commit; returns the new commit's id."""
+        return self.hub.commit(repo, files, branch=branch, message=message, tag=tag)
+
+    def hub_switch(self, **kw) -> dict:
+        return self.hub.set_switches(kw)
+
+    def hub_catalog(self) -> dict:
+        return self.hub.catalog()
 
     def control(self, method: str, path: str, body: bytes) -> Response:
         """Answer a /_control/ request (never logged, never faulted)."""
@@ -844,16 +902,27 @@ class FakeUpstream:
                 return _json({"requests": self.log()})
             if method == "GET" and action == "catalog":
                 return _json(self.catalog())
+            if method == "GET" and action == "hub_catalog":
+                return _json(self.hub_catalog())
             if method == "GET" and action == "state":
                 with self.state.lock:
                     return _json({"faults": copy.deepcopy(self.state.faults), "switches": dict(self.state.switches)})
-            if method == "POST" and action in ("fault", "switch"):
+            if method == "POST" and action in ("fault", "switch", "hub_commit", "hub_switch"):
                 try:
                     payload = json.loads(body.decode() or "{}")
                 except ValueError as exc:
                     raise ControlError("body is not JSON: %s" % exc) from None
                 if action == "fault":
                     return _json({"fault": self.state.add_fault(payload)})
+                if action == "hub_switch":
+                    return _json({"switches": self.hub.set_switches(payload)})
+                if action == "hub_commit":
+                    if not isinstance(payload, dict) or not isinstance(payload.get("repo"), str):
+                        raise ControlError("hub_commit needs a repo")
+                    unknown = set(payload) - {"repo", "files", "branch", "message", "tag"}
+                    if unknown:
+                        raise ControlError("hub_commit: unknown keys %s" % ", ".join(sorted(unknown)))
+                    return _json({"commit": self.hub_commit(**payload)})
                 return _json({"switches": self.state.set_switches(payload)})
             if method == "POST" and action == "clear_log":
                 self.clear_log()
@@ -861,6 +930,6 @@ class FakeUpstream:
             if method == "POST" and action == "reset":
                 self.reset()
                 return _json({"ok": True})
-        except ControlError as exc:
+        except (ControlError, hub.HubControlError) as exc:
             return _json({"message": str(exc)}, 400)
         return _json({"message": "no control endpoint %s %s" % (method, path)}, 404)

@@ -1,0 +1,955 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The Hugging Face hub cache, written from a model lock (docs/dev/MODELS.md) so that the real
+``huggingface_hub`` reads it offline, and the streaming download that fills it.
+
+``fetch`` streams one URL into a sink, 1 MiB at a time, over ``ansible.module_utils.urls.open_url``
+(managed nodes need nothing but Python): ``Range`` to resume, redirects followed by hand so that
+the token goes only to the endpoint's own origin (the hub sends LFS files to a CDN host), retries
+with back-off on connection errors, time-outs, cut-off bodies, 429 and 5xx (resuming from what
+arrived). 401, 403 and 404 are not tried again. No message ever holds a request header.
+
+``Snapshot`` is one lock in one cache directory: ``survey`` reads what is there (no writes),
+``apply`` downloads the missing blobs to ``blobs/<name>.incomplete`` (resumed next time), checks
+size and hash, renames them into place, then links ``snapshots/<commit>/<path>`` and writes
+``refs/<revision>``; ``prune_plan``/``prune`` remove older snapshots and the blobs only they used.
+Files are made 0644 and directories 0755, owned by whoever runs this: the service user reads the
+weights and cannot change them.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.client
+import json
+import os
+import re
+import socket
+import ssl
+import stat
+import time
+import urllib.error
+
+from ansible.module_utils.six.moves.urllib.parse import urljoin, urlsplit
+from ansible.module_utils.urls import (
+    ConnectionError as UrlsConnectionError,
+    SSLValidationError,
+    open_url,
+)
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import blob_name, validate_lock
+
+CHUNK_SIZE = 1024 * 1024
+MAX_REDIRECTS = 5
+USER_AGENT = "llmfleet.engines (ansible-module)"
+#: The lock file that keeps two runs from writing the same repo directory at once.
+LOCK_NAME = ".llmfleet-snapshot.lock"
+MIB = 1024 * 1024
+DIR_MODE = 0o755
+FILE_MODE = 0o644
+_MASK = "********"
+
+# Patched by the unit tests so that back-off costs no time.
+_sleep = time.sleep
+_clock = time.monotonic
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+class CacheError(LlmfleetError):
+    """Base of every failure of the hub cache and its downloads."""
+
+
+class FetchError(CacheError):
+    """A GET that did not give the file. ``url`` is the URL asked (no credentials in it)."""
+
+    def __init__(self, msg, url=None, status=None):
+        super().__init__(msg)
+        self.url = url
+        self.status = status
+
+
+class AccessDenied(FetchError):
+    """401 or 403: the repo is gated or private, and the token is missing or has no access."""
+
+
+class NotFound(FetchError):
+    """404 or 410: no such repo, commit or file there."""
+
+
+class Refused(FetchError):
+    """Another answer that trying again will not change (other 4xx, too many redirects)."""
+
+
+class Unreachable(FetchError):
+    """No complete answer after every attempt (connection errors, time-outs, cut-off bodies, 429, 5xx).
+    ``received`` is where the last attempt stopped, in bytes of the file."""
+
+    def __init__(self, msg, url=None, status=None, received=0):
+        super().__init__(msg, url, status)
+        self.received = received
+
+
+class BadCertificate(FetchError):
+    """The server's TLS certificate was not accepted (not tried again)."""
+
+
+class Oversize(FetchError):
+    """The server sent more bytes than the file has."""
+
+
+class IntegrityError(CacheError):
+    """Downloaded (or found) bytes that are not the lock's: wrong size or wrong hash."""
+
+
+class NotEnoughSpace(CacheError):
+    """The missing bytes and the margin do not fit on the cache's filesystem."""
+
+
+class InTheWay(CacheError):
+    """Something that is not what the cache layout puts there (a directory for a file, a link for a
+    directory) sits where this run must write: it is never removed."""
+
+
+# -- the lock ----------------------------------------------------------------------------------
+
+def cache_lock_problems(lock):
+    """What keeps ``lock`` from being laid out: the lock's own problems (``_hfhub.validate_lock``),
+    and a revision that cannot be a file under ``refs/`` (the real client writes
+    ``refs/<revision>``, so ``refs/pr/1`` is fine, ``../x`` is not)."""
+    problems = validate_lock(lock)
+    if isinstance(lock, dict) and lock.get("revision") != lock.get("commit"):
+        revision = lock.get("revision")
+        if isinstance(revision, str) and revision:
+            why = None
+            if revision.startswith("/") or any(ord(ch) < 32 or ord(ch) == 127 for ch in revision):
+                why = "is absolute or has control characters"
+            elif any(part in ("", ".", "..") for part in revision.split("/")):
+                why = "has an empty, '.' or '..' component"
+            if why:
+                problems.append("revision %r %s: it cannot name a file under refs/" % (revision, why))
+    return problems
+
+
+def repo_folder(repo):
+    """``models--<org>--<name>``, the repo's directory in the hub cache."""
+    return "models--" + repo.replace("/", "--")
+
+
+def link_target(path, blob):
+    """The relative target of ``snapshots/<commit>/<path>``: ``../../blobs/<blob>``, one more
+    ``../`` per directory of ``path`` (what ``os.path.relpath`` gives huggingface_hub)."""
+    return "../" * (path.count("/") + 2) + "blobs/" + blob
+
+
+# -- hashing -----------------------------------------------------------------------------------
+
+class Digest(object):
+    """The check of one file of the lock, fed as the bytes stream by: sha256 for an LFS file, the
+    git blob id (``sha1(b"blob <size>\\0" + content)``) for a git file, and the byte count."""
+
+    def __init__(self, entry):
+        self.entry = entry
+        self.kind = "sha256" if entry.get("sha256") else "git_oid"
+        self.expected = entry[self.kind]
+        self.reset()
+
+    def reset(self):
+        if self.kind == "sha256":
+            self._hash = hashlib.sha256()
+        else:
+            self._hash = hashlib.sha1()  # nosec: git's blob id, checked as git computes it
+            self._hash.update(b"blob %d\0" % self.entry["size"])
+        self.size = 0
+
+    def update(self, data):
+        self._hash.update(data)
+        self.size += len(data)
+
+    def hexdigest(self):
+        return self._hash.hexdigest()
+
+    def problem(self):
+        """What is wrong with the bytes seen (a sentence), or None when they are the lock's."""
+        if self.size != self.entry["size"]:
+            return "%d bytes, not the lock's %d" % (self.size, self.entry["size"])
+        got = self.hexdigest()
+        if got != self.expected:
+            return "%s %s, not the lock's %s" % (self.kind, got, self.expected)
+        return None
+
+
+def file_problem(path, entry, chunk_size=CHUNK_SIZE):
+    """What is wrong with the file at ``path`` against ``entry`` (its size, then its hash)."""
+    digest = Digest(entry)
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(chunk_size)
+            if not data:
+                break
+            digest.update(data)
+    return digest.problem()
+
+
+# -- sinks -------------------------------------------------------------------------------------
+
+class HashSink(object):
+    """Keeps nothing, hashes everything (for warming a mirror)."""
+
+    def __init__(self, entry):
+        self.digest = Digest(entry)
+
+    def write(self, data):
+        self.digest.update(data)
+
+    def restart(self):
+        self.digest.reset()
+
+
+class FileSink(object):
+    """``<blob>.incomplete``: what is there already is hashed first, then what arrives is appended
+    and hashed. ``restart`` empties it (the server sent the whole file, not the rest)."""
+
+    def __init__(self, path, entry):
+        self.path = path
+        self.digest = Digest(entry)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise InTheWay("%s is not a regular file: it is never written to" % path)
+            os.fchmod(fd, FILE_MODE)
+            self.handle = os.fdopen(fd, "r+b")
+        except BaseException:
+            os.close(fd)
+            raise
+        if st.st_size > entry["size"]:
+            self.restart()  # longer than the file: not a beginning of it
+        else:
+            while True:
+                data = self.handle.read(CHUNK_SIZE)
+                if not data:
+                    break
+                self.digest.update(data)
+        self.handle.seek(0, os.SEEK_END)
+
+    @property
+    def size(self):
+        return self.digest.size
+
+    def write(self, data):
+        self.handle.write(data)
+        self.digest.update(data)
+
+    def restart(self):
+        self.handle.seek(0)
+        self.handle.truncate(0)
+        self.digest.reset()
+
+    def close(self):
+        if self.handle is not None:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+            self.handle.close()
+            self.handle = None
+
+
+# -- fetch -------------------------------------------------------------------------------------
+
+class FetchResult(object):
+    """How a fetch went: the final ``url``, its ``status``, its ``headers`` (lower-case names),
+    ``received`` (bytes this call wrote), ``size`` (the sink's size at the end) and
+    ``cache_status`` (the last ``X-Cache-Status`` any hop answered, upper-case, or None)."""
+
+    def __init__(self, url, status, headers, received, size, cache_status):
+        self.url = url
+        self.status = status
+        self.headers = headers
+        self.received = received
+        self.size = size
+        self.cache_status = cache_status
+
+
+class _Retryable(Exception):
+    def __init__(self, reason, status=None):
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class _RangeIgnored(Exception):
+    """416, or a 206 for another range: start again from the first byte."""
+
+
+def origin(url):
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
+
+
+def _headers_of(obj):
+    headers = getattr(obj, "headers", None)
+    try:
+        return dict((str(k).lower(), str(v)) for k, v in headers.items()) if headers is not None else {}
+    except AttributeError:
+        return {}
+
+
+def _close(obj):
+    close = getattr(obj, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+
+def _server_text(body, redact):
+    if not body:
+        return ""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for key in ("error", "message", "detail"):
+            if isinstance(data.get(key), str) and data[key].strip():
+                return redact(data[key].strip())[:200]
+        return ""
+    text = " ".join(text.split())
+    return "" if text.startswith("<") else redact(text)[:200]
+
+
+class Fetcher(object):
+    """GETs of files, streamed. ``token`` goes (as ``Authorization: Bearer``) only to the origin
+    (scheme, host, port) of the URL each fetch starts from."""
+
+    def __init__(self, token=None, timeout=30, retries=3, backoff=1.0, validate_certs=True,
+                 chunk_size=CHUNK_SIZE, user_agent=USER_AGENT):
+        self.token = token or None
+        self.timeout = timeout
+        self.retries = max(0, int(retries))
+        self.backoff = max(0.0, float(backoff))
+        self.validate_certs = validate_certs
+        self.chunk_size = chunk_size
+        self.user_agent = user_agent
+
+    def redact(self, text):
+        text = "" if text is None else str(text)
+        return text.replace(self.token, _MASK) if self.token else text
+
+    def _open(self, url, offset):
+        """The answer to GET ``url`` from byte ``offset``, redirects followed: (response, final
+        url, cache status seen on the way)."""
+        start = origin(url)
+        current = url
+        cache_status = None
+        for _hop in range(MAX_REDIRECTS + 1):
+            headers = {"Accept-Encoding": "identity"}
+            if offset:
+                headers["Range"] = "bytes=%d-" % offset
+            if self.token and origin(current) == start:
+                headers["Authorization"] = "Bearer %s" % self.token
+            try:
+                resp = open_url(current, method="GET", headers=headers, timeout=self.timeout,
+                                validate_certs=self.validate_certs, http_agent=self.user_agent,
+                                follow_redirects="none", use_netrc=False, decompress=False)
+            except urllib.error.HTTPError as exc:
+                status = exc.code
+                hdrs = _headers_of(exc)
+                cache_status = hdrs.get("x-cache-status", cache_status)
+                if status in (301, 302, 303, 307, 308) and hdrs.get("location"):
+                    _close(exc)
+                    current = urljoin(current, hdrs["location"])
+                    continue
+                try:
+                    body = exc.read()
+                except Exception:  # pylint: disable=broad-except
+                    body = b""
+                _close(exc)
+                self._raise_status(url, current, status, exc.reason, body)
+            except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
+                raise BadCertificate(
+                    "the TLS certificate of %s was not accepted (%s); give this host the CA that "
+                    "signed it, or set validate_certs to false for a server you trust"
+                    % (_host(current), self.redact(exc)), url)
+            except urllib.error.URLError as exc:
+                reason = exc.reason
+                if isinstance(reason, ssl.SSLCertVerificationError):
+                    raise BadCertificate(
+                        "the TLS certificate of %s was not accepted (%s); give this host the CA "
+                        "that signed it, or set validate_certs to false for a server you trust"
+                        % (_host(current), self.redact(reason)), url)
+                if isinstance(reason, (socket.timeout, TimeoutError)):
+                    raise _Retryable("no answer from %s within %s s" % (_host(current), self.timeout))
+                raise _Retryable("connection to %s failed: %s" % (_host(current), self.redact(reason)))
+            except (socket.timeout, TimeoutError):
+                raise _Retryable("no answer from %s within %s s" % (_host(current), self.timeout))
+            except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
+                raise _Retryable("connection to %s failed: %s" % (
+                    _host(current), self.redact(exc or exc.__class__.__name__)))
+            hdrs = _headers_of(resp)
+            cache_status = hdrs.get("x-cache-status", cache_status)
+            return resp, current, cache_status
+        raise Refused("%s redirected more than %d times (last to %s)" % (url, MAX_REDIRECTS, current), url)
+
+    def _raise_status(self, url, current, status, reason, body):
+        where = url if current == url else "%s (redirected to %s)" % (url, current)
+        message = _server_text(body, self.redact)
+        said = "%d %s%s" % (status, self.redact(reason or ""), ": " + message if message else "")
+        if status == 416:
+            raise _RangeIgnored()
+        if status == 429 or status >= 500:
+            raise _Retryable("%s answered %s" % (_host(current), said), status)
+        if status in (401, 403):
+            raise AccessDenied(
+                "%s answered %s: the repo is gated or private, and %s; accept its terms on the hub "
+                "and give a token (option token) of an account that has access"
+                % (where, said, "the token given has no access to it" if self.token else "no token was given"),
+                url, status)
+        if status in (404, 410):
+            raise NotFound("%s answered %s: no such repo, commit or file there" % (where, said), url, status)
+        raise Refused("%s answered %s" % (where, said), url, status)
+
+    def fetch(self, url, sink, offset=0, limit=None, progress=None):
+        """Stream ``url`` into ``sink`` (``write(bytes)``, ``restart()``), which holds ``offset``
+        bytes of the file already. ``limit``: the file's size; more is refused (Oversize).
+        ``progress(bytes_in_sink, total_or_None)`` is called after each chunk."""
+        pos = offset
+        received = 0
+        failures = 0
+        whole = False  # ask for the whole file (the server does not do ranges right)
+        while True:
+            at_start = pos
+            resp = None
+            try:
+                if limit is not None and pos == limit and pos and not whole:
+                    # what is there is already as long as the file: nothing to ask for
+                    return FetchResult(url, 206, {}, received, pos, None)
+                resp, final, cache_status = self._open(url, 0 if whole else pos)
+                status = resp.getcode() if hasattr(resp, "getcode") else getattr(resp, "status", 200)
+                hdrs = _headers_of(resp)
+                total = None
+                if status == 206:
+                    match = _CONTENT_RANGE.match(hdrs.get("content-range", "").strip())
+                    if not match or int(match.group(1)) != pos:
+                        raise _RangeIgnored()
+                    if match.group(3) != "*":
+                        total = int(match.group(3))
+                else:
+                    if pos:
+                        sink.restart()  # 200: the whole file, from its first byte
+                        pos = 0
+                    length = hdrs.get("content-length")
+                    total = int(length) if length and length.strip().isdigit() else None
+                while True:
+                    try:
+                        data = resp.read(self.chunk_size)
+                    except (socket.timeout, TimeoutError):
+                        raise _Retryable("%s sent nothing for %s s" % (_host(final), self.timeout))
+                    except (http.client.HTTPException, ConnectionError, OSError) as exc:
+                        raise _Retryable("the answer of %s was cut off: %s" % (
+                            _host(final), self.redact(exc or exc.__class__.__name__)))
+                    if not data:
+                        break
+                    if limit is not None and pos + len(data) > limit:
+                        raise Oversize("%s sent more than the file's %d bytes" % (url, limit), url, status)
+                    sink.write(data)
+                    pos += len(data)
+                    received += len(data)
+                    if progress is not None:
+                        progress(pos, total)
+                if total is not None and pos < total:
+                    raise _Retryable("the answer of %s was cut off at %d of %d bytes" % (_host(final), pos, total))
+                return FetchResult(final, status, hdrs, received, pos,
+                                   cache_status.upper() if cache_status else None)
+            except _RangeIgnored:
+                if whole:
+                    raise Refused("%s does not serve the file from its first byte either" % url, url)
+                sink.restart()
+                pos = 0
+                whole = True
+                continue
+            except _Retryable as exc:
+                if pos > at_start:
+                    failures = 0  # it moved on: a connection that drops now and then still gets there
+                failures += 1
+                if failures > self.retries:
+                    raise Unreachable(
+                        "could not get %s after %d attempt%s: %s; check the network or proxy between "
+                        "this host and the server, or raise retries/timeout"
+                        % (url, failures, "" if failures == 1 else "s", exc.reason), url, exc.status, pos)
+                _sleep(self.backoff * (2 ** (failures - 1)))
+            finally:
+                if resp is not None:
+                    _close(resp)
+
+
+def _host(url):
+    parts = urlsplit(url)
+    return parts.netloc.rsplit("@", 1)[-1] or url
+
+
+# -- progress ----------------------------------------------------------------------------------
+
+class ProgressFile(object):
+    """A JSON file that says how the downloads go, rewritten about once a second::
+
+        {"file", "bytes_done", "bytes_total", "rate_bps", "started", "files_done", "files_total"}
+    """
+
+    def __init__(self, path, bytes_total, files_total, interval=1.0):
+        self.path = path
+        self.interval = interval
+        self.began = _clock()
+        self.last = None
+        self.data = {"file": None, "bytes_done": 0, "bytes_total": bytes_total, "rate_bps": 0,
+                     "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "files_done": 0, "files_total": files_total}
+
+    def update(self, force=False, **values):
+        self.data.update(values)
+        now = _clock()
+        if not force and self.last is not None and now - self.last < self.interval:
+            return
+        self.last = now
+        elapsed = now - self.began
+        self.data["rate_bps"] = int(self.data["bytes_done"] / elapsed) if elapsed > 0 else 0
+        tmp = "%s.tmp.%d" % (self.path, os.getpid())
+        try:
+            with open(tmp, "w", encoding="utf-8") as handle:
+                json.dump(self.data, handle, sort_keys=True)
+            os.chmod(tmp, FILE_MODE)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # progress is for whoever looks; it never fails the run
+
+    def remove(self):
+        for path in (self.path, "%s.tmp.%d" % (self.path, os.getpid())):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+# -- the cache ---------------------------------------------------------------------------------
+
+def _lstat(path):
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def free_bytes(path):
+    """Free bytes (for an unprivileged user) on the filesystem of ``path`` or its nearest existing
+    parent, and that directory."""
+    place = os.path.abspath(path)
+    while not os.path.exists(place):
+        place = os.path.dirname(place)
+    st = os.statvfs(place)
+    return st.f_bavail * st.f_frsize, place
+
+
+class Snapshot(object):
+    """One lock in one hub cache directory."""
+
+    def __init__(self, lock, cache_dir):
+        self.lock = lock
+        self.cache_dir = cache_dir
+        self.repo = lock["repo"]
+        self.commit = lock["commit"]
+        self.revision = lock["revision"]
+        self.repo_dir = os.path.join(cache_dir, repo_folder(self.repo))
+        self.blobs_dir = os.path.join(self.repo_dir, "blobs")
+        self.snapshots_dir = os.path.join(self.repo_dir, "snapshots")
+        self.snapshot_dir = os.path.join(self.snapshots_dir, self.commit)
+        self.refs_dir = os.path.join(self.repo_dir, "refs")
+        self.ref_path = os.path.join(self.refs_dir, self.revision) if self.revision != self.commit else None
+        self.lock_path = os.path.join(self.repo_dir, LOCK_NAME)
+        self.files = lock["files"]
+
+    # -- reading ---------------------------------------------------------------------------
+    def blob_path(self, name):
+        return os.path.join(self.blobs_dir, name)
+
+    def link_path(self, path):
+        return os.path.join(self.snapshot_dir, *path.split("/"))
+
+    def _dir_in_the_way(self, path):
+        """A component of ``path`` below the repo dir that exists and is not a real directory."""
+        rel = os.path.relpath(path, self.repo_dir)
+        current = self.repo_dir
+        st = _lstat(current)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            return current
+        if rel == ".":
+            return None
+        for part in rel.split(os.sep):
+            current = os.path.join(current, part)
+            st = _lstat(current)
+            if st is None:
+                return None
+            if not stat.S_ISDIR(st.st_mode):
+                return current
+        return None
+
+    def survey(self, verify="size"):
+        """What is there, read only: a dict with ``files`` (per file of the lock: ``path``,
+        ``size``, ``blob``, ``blob_state`` ok|missing|wrong_size|wrong_hash, ``problem``,
+        ``partial`` (bytes in its .incomplete), ``link_state`` ok|missing|wrong), ``ref_state``
+        (ok|missing|wrong|none), ``in_the_way`` (paths this run would have to write over) and
+        ``snapshots`` (the commits of the snapshots there)."""
+        blobs = {}
+        in_the_way = []
+        for place in (self.blobs_dir, self.snapshot_dir, self.refs_dir):
+            bad = self._dir_in_the_way(place)
+            if bad and bad not in in_the_way:
+                in_the_way.append(bad)
+        out = []
+        for entry in self.files:
+            name = blob_name(entry)
+            if name not in blobs:
+                blobs[name] = self._blob_state(entry, verify, in_the_way)
+            state, problem, partial = blobs[name]
+            link = self.link_path(entry["path"])
+            link_state = "missing"
+            bad = self._dir_in_the_way(os.path.dirname(link))
+            if bad:
+                if bad not in in_the_way:
+                    in_the_way.append(bad)
+            else:
+                st = _lstat(link)
+                if st is not None:
+                    if stat.S_ISDIR(st.st_mode):
+                        in_the_way.append(link)
+                        link_state = "wrong"
+                    elif stat.S_ISLNK(st.st_mode) and os.readlink(link) == link_target(entry["path"], name):
+                        link_state = "ok"
+                    else:
+                        link_state = "wrong"
+            out.append({"path": entry["path"], "size": entry["size"], "blob": name, "blob_state": state,
+                        "problem": problem, "partial": partial, "link_state": link_state})
+        ref_state = "none"
+        if self.ref_path is not None:
+            st = _lstat(self.ref_path)
+            if st is None:
+                ref_state = "missing"
+            elif stat.S_ISDIR(st.st_mode):
+                ref_state = "wrong"
+                in_the_way.append(self.ref_path)
+            else:
+                try:
+                    with open(self.ref_path, encoding="utf-8") as handle:
+                        ref_state = "ok" if handle.read() == self.commit else "wrong"
+                except (OSError, ValueError):
+                    ref_state = "wrong"
+        snapshots = []
+        if os.path.isdir(self.snapshots_dir):
+            snapshots = sorted(name for name in os.listdir(self.snapshots_dir)
+                               if os.path.isdir(os.path.join(self.snapshots_dir, name)))
+        return {"files": out, "ref_state": ref_state, "in_the_way": in_the_way, "snapshots": snapshots}
+
+    def _blob_state(self, entry, verify, in_the_way):
+        name = blob_name(entry)
+        path = self.blob_path(name)
+        partial = 0
+        st_partial = _lstat(path + ".incomplete")
+        if st_partial is not None:
+            if stat.S_ISREG(st_partial.st_mode):
+                partial = min(st_partial.st_size, entry["size"]) if st_partial.st_size <= entry["size"] else 0
+            else:
+                in_the_way.append(path + ".incomplete")
+        try:
+            st = os.stat(path)  # a blob may be a link into huggingface_hub's shared store
+        except (FileNotFoundError, NotADirectoryError):
+            if os.path.islink(path):
+                return "wrong_size", "a link to nothing", partial
+            return "missing", None, partial
+        if not stat.S_ISREG(st.st_mode):
+            in_the_way.append(path)
+            return "wrong_size", "not a regular file", partial
+        if st.st_size != entry["size"]:
+            return "wrong_size", "%d bytes, not the lock's %d" % (st.st_size, entry["size"]), partial
+        if verify == "full":
+            problem = file_problem(path, entry)
+            if problem:
+                return "wrong_hash", problem, partial
+        return "ok", None, partial
+
+    @staticmethod
+    def work(survey):
+        """What a survey leaves to do: blobs to download (one entry per blob: the first file that
+        uses it), links to make, and whether the ref needs writing."""
+        seen = set()
+        fetch = []
+        for item in survey["files"]:
+            if item["blob_state"] != "ok" and item["blob"] not in seen:
+                seen.add(item["blob"])
+                fetch.append(item)
+        links = [item for item in survey["files"] if item["link_state"] != "ok"]
+        return {"fetch": fetch, "links": links, "ref": survey["ref_state"] in ("missing", "wrong")}
+
+    def space_needed(self, fetch):
+        """Bytes still to download for ``fetch`` (what the .incomplete files hold already counted)."""
+        return sum(item["size"] - item["partial"] for item in fetch)
+
+    def check_space(self, fetch, margin_mib):
+        need = self.space_needed(fetch)
+        if not fetch:
+            return
+        free, place = free_bytes(self.blobs_dir)
+        margin = margin_mib * MIB
+        if need + margin > free:
+            raise NotEnoughSpace(
+                "not enough free space for %s@%s in %s: %d files to download need %s (%d bytes) plus "
+                "the margin of %d MiB (free_space_margin_mib), and the filesystem of %s has %s (%d bytes) "
+                "free. Free some space, or choose another cache_dir."
+                % (self.repo, self.commit, self.cache_dir, len(fetch), _mib(need), need, margin_mib, place,
+                   _mib(free), free),
+                needed_bytes=need, free_bytes=free, margin_mib=margin_mib)
+
+    # -- writing ---------------------------------------------------------------------------
+    def _mkdirs(self, path):
+        """Make ``path`` and its missing parents up to the cache dir, 0755; refuse a non-directory
+        (a link included) on the way below the repo dir."""
+        bad = self._dir_in_the_way(path) if path.startswith(self.repo_dir) else None
+        if bad:
+            raise InTheWay("%s is in the way: the hub cache needs a directory there, and it is not "
+                           "one (a link or a file); it is never removed. Move it away." % bad, path=bad)
+        missing = []
+        current = path
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for place in reversed(missing):
+            try:
+                os.mkdir(place, DIR_MODE)
+            except FileExistsError:
+                if not os.path.isdir(place):
+                    raise InTheWay("%s is in the way: it should be a directory" % place, path=place)
+                continue
+            os.chmod(place, DIR_MODE)  # whatever the umask: the service user reads the weights
+
+    def prepare_repo(self):
+        """The repo's directory (where the lock file goes)."""
+        self._mkdirs(self.repo_dir)
+
+    def prepare(self):
+        self._mkdirs(self.blobs_dir)
+        self._mkdirs(self.snapshots_dir)
+
+    def download(self, item, entry, fetcher, url, progress=None):
+        """Download the blob of ``item`` to ``<blob>.incomplete``, resuming, check it, rename it into
+        place. Returns the bytes received. A file that is not the lock's is removed and refused."""
+        blob = self.blob_path(item["blob"])
+        partial = blob + ".incomplete"
+        sink = FileSink(partial, entry)
+        try:
+            have = sink.size
+            received = 0
+            try:
+                result = fetcher.fetch(url, sink, offset=have, limit=entry["size"], progress=progress)
+                received += result.received
+                if have and sink.digest.problem():
+                    # the bytes kept from an earlier run may be what is wrong: once more, from the start
+                    sink.restart()
+                    result = fetcher.fetch(url, sink, offset=0, limit=entry["size"], progress=progress)
+                    received += result.received
+            except Oversize:
+                sink.close()
+                _unlink(partial)
+                raise IntegrityError(
+                    "%s of %s@%s: %s sent more than the lock's %d bytes; removed what arrived. The "
+                    "server holds another file than the lock's: check the endpoint (a mirror with "
+                    "bad bytes?) and the lock." % (entry["path"], self.repo, self.commit, url, entry["size"]),
+                    file=entry["path"], expected_size=entry["size"])
+            sink.close()
+            problem = sink.digest.problem()
+            if problem:
+                got_size = sink.digest.size
+                got = sink.digest.hexdigest()
+                _unlink(partial)
+                raise IntegrityError(
+                    "%s of %s@%s from %s is not the lock's file: got %d bytes with %s %s, expected %d "
+                    "bytes with %s %s. Removed it, nothing was linked under snapshots/. The server (or a "
+                    "mirror on the way) serves other bytes than the lock pins: check the endpoint and "
+                    "the lock." % (entry["path"], self.repo, self.commit, url, got_size, sink.digest.kind,
+                                   got, entry["size"], sink.digest.kind, sink.digest.expected),
+                    file=entry["path"], expected_size=entry["size"], got_size=got_size,
+                    expected_hash=sink.digest.expected, got_hash=got)
+            os.chmod(partial, FILE_MODE)
+            os.replace(partial, blob)
+            return received
+        finally:
+            if sink.handle is not None:
+                sink.handle.close()
+
+    def _link(self, item):
+        link = self.link_path(item["path"])
+        self._mkdirs(os.path.dirname(link))
+        target = link_target(item["path"], item["blob"])
+        st = _lstat(link)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise InTheWay("%s is a directory where the snapshot's file %s must be linked; it is never "
+                           "removed. Move it away." % (link, item["path"]), path=link)
+        tmp = "%s.llmfleet-tmp.%d" % (link, os.getpid())
+        _unlink(tmp)
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+
+    def link_all(self, items):
+        for item in items:
+            self._link(item)
+
+    def write_ref(self):
+        self._mkdirs(os.path.dirname(self.ref_path))
+        tmp = "%s.llmfleet-tmp.%d" % (self.ref_path, os.getpid())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(self.commit)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, self.ref_path)
+
+    # -- pruning ---------------------------------------------------------------------------
+    def prune_plan(self, keep, in_use=()):
+        """What pruning removes, read only: ``snapshots`` (commits, beyond the ``keep`` newest by
+        mtime, the lock's commit counting as one; ``in_use`` are kept on top), ``blobs`` (names no
+        kept snapshot links to and the lock does not use), ``partials`` (.incomplete files of such
+        blobs), ``refs`` (names pointing at removed commits) and ``unknown`` (entries left alone)."""
+        plan = {"snapshots": [], "blobs": [], "partials": [], "refs": [], "unknown": []}
+        if not os.path.isdir(self.snapshots_dir) or os.path.islink(self.repo_dir):
+            return plan
+        keep_set = set([self.commit]) | set(in_use or ())
+        others = []
+        kept = []
+        for name in sorted(os.listdir(self.snapshots_dir)):
+            path = os.path.join(self.snapshots_dir, name)
+            st = _lstat(path)
+            if st is None:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                plan["unknown"].append(path)
+                continue
+            if name in keep_set:
+                kept.append(name)
+            else:
+                others.append((st.st_mtime, name))
+        others.sort(reverse=True)
+        room = max(0, keep - 1)
+        kept.extend(name for _mtime, name in others[:room])
+        plan["snapshots"] = sorted(name for _mtime, name in others[room:])
+        if not plan["snapshots"]:
+            return plan  # nothing goes: every blob stays as it is
+        used = set(blob_name(entry) for entry in self.files)
+        for name in kept:
+            used |= self._linked_blobs(os.path.join(self.snapshots_dir, name))
+        if os.path.isdir(self.blobs_dir) and not os.path.islink(self.blobs_dir):
+            for name in sorted(os.listdir(self.blobs_dir)):
+                path = os.path.join(self.blobs_dir, name)
+                st = _lstat(path)
+                base = name[:-len(".incomplete")] if name.endswith(".incomplete") else name
+                if st is None:
+                    continue
+                if not (_HEX40.match(base) or _HEX64.match(base)) or not (
+                        stat.S_ISREG(st.st_mode) or (stat.S_ISLNK(st.st_mode) and base == name)):
+                    plan["unknown"].append(path)
+                    continue
+                if base in used:
+                    continue
+                plan["partials" if base != name else "blobs"].append(name)
+        removed = set(plan["snapshots"])
+        if os.path.isdir(self.refs_dir) and not os.path.islink(self.refs_dir):
+            for top, dirs, files in os.walk(self.refs_dir):
+                dirs.sort()
+                for name in sorted(files):
+                    path = os.path.join(top, name)
+                    if os.path.islink(path):
+                        plan["unknown"].append(path)
+                        continue
+                    try:
+                        with open(path, encoding="utf-8") as handle:
+                            target = handle.read(100)
+                    except (OSError, ValueError):
+                        continue
+                    if target in removed:
+                        plan["refs"].append(os.path.relpath(path, self.refs_dir).replace(os.sep, "/"))
+        return plan
+
+    def _linked_blobs(self, snapshot):
+        names = set()
+        for top, _dirs, files in os.walk(snapshot):
+            for name in files:
+                path = os.path.join(top, name)
+                if not os.path.islink(path):
+                    continue
+                target = os.path.normpath(os.path.join(top, os.readlink(path)))
+                if os.path.dirname(target) == os.path.normpath(self.blobs_dir):
+                    names.add(os.path.basename(target))
+        return names
+
+    def prune(self, plan):
+        """Remove what ``plan`` names; entries of a snapshot that are not links, files or
+        directories are left (and reported in the plan's ``unknown``)."""
+        for commit in plan["snapshots"]:
+            top_dir = os.path.join(self.snapshots_dir, commit)
+            for top, dirs, files in os.walk(top_dir, topdown=False):
+                for name in files + dirs:
+                    path = os.path.join(top, name)
+                    st = _lstat(path)
+                    if st is None:
+                        continue
+                    if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
+                        os.unlink(path)
+                    elif stat.S_ISDIR(st.st_mode):
+                        _rmdir_quiet(path)
+                    else:
+                        plan["unknown"].append(path)
+            _rmdir_quiet(top_dir)
+        for ref in plan["refs"]:
+            path = os.path.join(self.refs_dir, *ref.split("/"))
+            _unlink(path)
+            parent = os.path.dirname(path)
+            while parent != self.refs_dir and parent.startswith(self.refs_dir):
+                if not _rmdir_quiet(parent):
+                    break
+                parent = os.path.dirname(parent)
+        for name in plan["blobs"] + plan["partials"]:
+            _unlink(os.path.join(self.blobs_dir, name))
+
+
+def _rmdir_quiet(path):
+    try:
+        os.rmdir(path)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+            return False
+        raise
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _mib(count):
+    return "%.1f MiB" % (count / float(MIB))

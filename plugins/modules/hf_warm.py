@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_warm
+short_description: Fill a caching mirror of the Hugging Face hub with a model's files, each checked
+version_added: 0.4.0
+description:
+  - Downloads every file of O(lock) (the lock of M(llmfleet.engines.hf_revision)) through the
+    mirror at O(endpoint), one at a time and to the end, keeping nothing; a caching mirror (nginx
+    with C(proxy_cache), olah) fetches each file from the hub once and keeps it, so that the nodes
+    then find every file in the cache. Run it on the controller, once per model, before the nodes
+    run M(llmfleet.engines.model_snapshot).
+  - Each file is checked as it streams, against the lock's size and sha256 (an LFS file) or git blob
+    id (a file kept in git). A file of other bytes fails the task, naming it (the mirror holds bad
+    bytes, or the hub served them).
+  - Whether the mirror already had a file is read from its C(X-Cache-Status) header (nginx's
+    C($upstream_cache_status)); C(changed) is true when the mirror did not have one of them yet.
+    A mirror that sends no such header is never reported as changed.
+author:
+  - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.http
+attributes:
+  check_mode:
+    support: full
+    description: Sends no request (so it cannot tell what the mirror holds); says what it would warm.
+  diff_mode:
+    support: none
+    description: Nothing to compare; the result lists the files fetched.
+options:
+  lock:
+    description: The model lock, as M(llmfleet.engines.hf_revision) returns it (C(lock)).
+    type: dict
+    required: true
+  endpoint:
+    description:
+      - Base URL of the mirror, under which files are at C(<endpoint>/<org>/<name>/resolve/<commit>/<path>).
+    type: str
+    required: true
+  token:
+    description:
+      - A hub token, for gated or private repos. Sent as C(Authorization) to the origin of
+        O(endpoint) only, never to a host a download is redirected to.
+    type: str
+notes:
+  - Files are hashed as they arrive and thrown away; memory use does not grow with their size.
+seealso:
+  - module: llmfleet.engines.hf_revision
+  - module: llmfleet.engines.model_snapshot
+"""
+
+EXAMPLES = r"""
+- name: Fill the cache host's hub mirror with the model's files
+  llmfleet.engines.hf_warm:
+    lock: "{{ model.lock }}"
+    endpoint: http://cache.example:8090
+    token: "{{ hf_token | default(omit) }}"
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+files:
+  description: The files fetched through the mirror, C({path, bytes, cache_status}) (C(cache_status) is
+    the mirror's C(X-Cache-Status), upper-case, or null when it sent none).
+  returned: always
+  type: list
+  elements: dict
+bytes:
+  description: Their total size.
+  returned: always
+  type: int
+cached:
+  description: How many of them the mirror already had (C(X-Cache-Status) C(HIT)).
+  returned: always
+  type: int
+fetched:
+  description: How many the mirror said it did not have yet (another C(X-Cache-Status) than C(HIT)).
+  returned: always
+  type: int
+msg:
+  description: What happened, in one line.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+    Fetcher,
+    HashSink,
+    Oversize,
+    cache_lock_problems,
+)
+from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
+    file_url,
+    human_size,
+    validate_endpoint,
+)
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+    http_argument_spec,
+    http_option_problem,
+)
+
+
+def main():
+    argument_spec = dict(
+        lock=dict(type="dict", required=True),
+        endpoint=dict(type="str", required=True),
+        token=dict(type="str", no_log=True),
+    )
+    argument_spec.update(http_argument_spec())
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    p = module.params
+    lock = p["lock"]
+    problems = cache_lock_problems(lock)
+    if problems:
+        module.fail_json(msg="lock: %s" % "; ".join(problems), problems=problems)
+    problem = http_option_problem(p) or validate_endpoint(p["endpoint"])
+    if problem:
+        module.fail_json(msg=problem)
+    result = dict(changed=False, files=[], bytes=0, cached=0, fetched=0)
+    where = "%s@%s" % (lock["repo"], lock["commit"][:12])
+    if module.check_mode:
+        module.exit_json(msg="%s: would fetch %d files (%s) through %s" % (
+            where, len(lock["files"]), human_size(lock["size"]), p["endpoint"]), **result)
+    fetcher = Fetcher(token=p["token"], timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
+                      validate_certs=p["validate_certs"])
+    try:
+        for entry in lock["files"]:
+            url = file_url(p["endpoint"], lock["repo"], lock["commit"], entry["path"])
+            sink = HashSink(entry)
+            try:
+                got = fetcher.fetch(url, sink, limit=entry["size"])
+            except Oversize:
+                module.fail_json(msg="%s of %s: %s sent more than the lock's %d bytes: the mirror holds "
+                                     "bad bytes, or the hub served them" % (entry["path"], where, url, entry["size"]),
+                                 file=entry["path"], **result)
+            wrong = sink.digest.problem()
+            if wrong:
+                module.fail_json(
+                    msg="%s of %s through %s is not the lock's file: got %d bytes with %s %s, expected %d "
+                        "bytes with %s %s. The mirror holds bad bytes, or the hub served them: purge it "
+                        "from the mirror's cache before the nodes download it."
+                        % (entry["path"], where, p["endpoint"], sink.digest.size, sink.digest.kind,
+                           sink.digest.hexdigest(), entry["size"], sink.digest.kind, sink.digest.expected),
+                    file=entry["path"], expected_size=entry["size"], got_size=sink.digest.size,
+                    expected_hash=sink.digest.expected, got_hash=sink.digest.hexdigest(), **result)
+            result["files"].append({"path": entry["path"], "bytes": entry["size"], "cache_status": got.cache_status})
+            result["bytes"] += entry["size"]
+            if got.cache_status == "HIT":
+                result["cached"] += 1
+            elif got.cache_status:
+                result["fetched"] += 1
+    except LlmfleetError as exc:
+        module.fail_json(msg=exc.msg, **dict(result, **exc.details))
+    result["changed"] = result["fetched"] > 0
+    unknown = len(result["files"]) - result["cached"] - result["fetched"]
+    module.exit_json(msg="%s: %d files (%s) through %s: %d already cached, %d fetched%s" % (
+        where, len(result["files"]), human_size(result["bytes"]), p["endpoint"], result["cached"],
+        result["fetched"], ", %d without X-Cache-Status" % unknown if unknown else ""), **result)
+
+
+if __name__ == "__main__":
+    main()

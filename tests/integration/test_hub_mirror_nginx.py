@@ -1,0 +1,386 @@
+"""The engine_cache role's hub mirror: a real nginx (Debian's nginx-light) with the configuration
+``engine_cache_hub_mirror_conf`` renders and the token file of ``engine_cache_hub_mirror_token_conf``
+(plugins/filter/hub_mirror.py), before the fake hub of the fake upstream (tests/upstream/hub.py).
+
+nginx runs as a subprocess of the test (``daemon off``, on 127.0.0.1, a free port, temporary
+directories), stopped by its PID. As root it runs as the role's unit runs it: the master process as
+root with only the unit's capabilities (its ``CapabilityBoundingSet=``, read from the role's task file,
+through ``setpriv``), no new privileges, umask 0077; the workers as ``nobody`` (the role's
+``llmfleet-hub-mirror``), the cache theirs alone (0700).
+
+What it proves: files at a commit come through with the bytes the hub's model info publishes (LFS
+sha256, git id), fetched from the hub and its CDN once, then served from the cache (``X-Cache-Status:
+HIT``); concurrent first requests reach the CDN once; a range is served; a branch or tag URL is refused
+without asking the hub; the gated repo works with the mirror's token and without the client's, which
+never appears in what is served nor reaches the CDN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from tests.unit.plugins.filter.test_hub_mirror_filter import M as HUB_MIRROR
+from tests.unit.plugins.vllm_fakes import free_port
+from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT
+
+pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TASKS = REPO / "roles" / "engine_cache" / "tasks" / "hub_mirror.yml"
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+SETPRIV = shutil.which("setpriv")
+WORKER = "nobody"
+
+
+def _role_tasks():
+    tasks = yaml.safe_load(TASKS.read_text())
+    out = []
+    for task in tasks:
+        out.extend(task.get("block", [task]))
+    return {task["name"]: task for task in out}
+
+
+def _unit_capabilities():
+    """The CapabilityBoundingSet= of the role's unit, as setpriv's --bounding-set takes it."""
+    unit = _role_tasks()["Write the unit of the hub mirror"]["ansible.builtin.copy"]["content"]
+    caps = re.search(r"^CapabilityBoundingSet=(.+)$", unit, re.M).group(1).split()
+    return "-all," + ",".join("+" + cap[len("CAP_"):].lower() for cap in caps)
+
+
+class Mirror:
+    """A started nginx: ``url``, ``get(path, headers)`` -> (status, headers, body), ``stop()``."""
+
+    def __init__(self, upstream, token=HUB_TOKEN):
+        assert NGINX, "nginx is not installed (apt-get install nginx-light; CI installs it)"
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-hub-mirror-"))
+        self.root.chmod(0o755)  # the workers cross it to their cache
+        self.dir = self.root / "mirror"
+        for sub, mode in (("", 0o755), ("cache", 0o700), ("tmp", 0o755), ("log", 0o755), ("run", 0o755)):
+            (self.dir / sub).mkdir(mode=mode, exist_ok=True)
+        as_root = os.geteuid() == 0
+        if as_root:
+            worker = pwd.getpwnam(WORKER)
+            os.chown(self.dir / "cache", worker.pw_uid, worker.pw_gid)
+        token_file = self.root / "hub-mirror-token.conf"
+        token_file.write_text(HUB_MIRROR.engine_cache_hub_mirror_token_conf(token))
+        token_file.chmod(0o600)
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": upstream.hub_url,
+                  "listen": "127.0.0.1", "port": self.port, "resolver": ["127.0.0.1"]}
+        if as_root:
+            params.update(user=WORKER, group=_group_of(WORKER))
+        self.conf = self.root / "hub-mirror.conf"
+        self.conf.write_text(HUB_MIRROR.engine_cache_hub_mirror_conf(params))
+        argv = [NGINX, "-p", str(self.root), "-c", str(self.conf), "-g", "daemon off;"]
+        if as_root and SETPRIV:
+            argv = [SETPRIV, "--bounding-set", _unit_capabilities(), "--no-new-privs", "--"] + argv
+        self.stderr = open(self.root / "nginx.stderr", "wb")
+        self.proc = subprocess.Popen(argv, stdout=self.stderr, stderr=subprocess.STDOUT, umask=0o077)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                status, _headers, body = self.get("/")
+                if status == 404 and b"llmfleet hub mirror" in body:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                said = (self.root / "nginx.stderr").read_text() + self.error_log()
+                self.stop()
+                raise AssertionError("nginx did not start: %s" % said)
+            time.sleep(0.05)
+
+    def get(self, path, headers=None, method="GET"):
+        request = urllib.request.Request(self.url + path, headers=headers or {}, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.headers, err.read()
+
+    def error_log(self):
+        path = self.dir / "log" / "error.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.stderr.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _group_of(user):
+    import grp
+
+    return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
+
+
+@pytest.fixture
+def mirror(upstream):
+    started = Mirror(upstream)
+    try:
+        yield started
+    finally:
+        errors = [line for line in started.error_log().splitlines() if re.search(r"\[(emerg|alert|crit)\]", line)]
+        started.stop()
+    assert errors == []
+
+
+def _info(mirror, repo, rev="main"):
+    status, headers, body = mirror.get("/api/models/%s/revision/%s?blobs=true" % (repo, rev))
+    assert status == 200, body
+    assert headers.get("X-Cache-Status") is None  # the API is passed through, never cached
+    info = json.loads(body)
+    return info["sha"], {s["rfilename"]: s for s in info["siblings"]}
+
+
+def _check(data, sibling):
+    """The bytes are the ones the hub's model info publishes (LFS: sha256; git: the blob's git id)."""
+    assert len(data) == sibling["size"]
+    if "lfs" in sibling:
+        assert hashlib.sha256(data).hexdigest() == sibling["lfs"]["sha256"]
+    else:
+        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == sibling["blobId"]  # noqa: S324
+
+
+def _hub_requests(upstream, repo, commit, path):
+    """Requests that reached the hub for one file: (resolve, resolve-cache, CDN) lists of log entries."""
+    log = upstream.log()
+    resolve = [e for e in log if e["path"] == "/hub/%s/resolve/%s/%s" % (repo, commit, path)]
+    cache = [e for e in log if e["path"] == "/hub/api/resolve-cache/models/%s/%s/%s" % (repo, commit, path)]
+    cdn = [e for e in log if e["path"].startswith("/hub-cdn/%s/" % repo)]
+    return resolve, cache, cdn
+
+
+def _no_cdn_no_token(upstream, headers):
+    cdn_port = upstream.hub_cdn_url.rsplit(":", 1)[1]
+    for name, value in headers.items():
+        assert HUB_TOKEN not in value and "Bearer" not in value, name
+        assert "hub-cdn" not in value and ":%s" % cdn_port not in value, (name, value)
+    assert headers.get("Location") is None
+
+
+def test_files_come_from_the_hub_once_then_from_the_cache(mirror, upstream):
+    commit, siblings = _info(mirror, TINY_CHAT)
+    for path in ("config.json", "model.safetensors"):
+        url = "/%s/resolve/%s/%s" % (TINY_CHAT, commit, path)
+        first = mirror.get(url)
+        second = mirror.get(url)
+        assert (first[0], first[1]["X-Cache-Status"]) == (200, "MISS")
+        assert (second[0], second[1]["X-Cache-Status"]) == (200, "HIT")
+        for _status, headers, body in (first, second):
+            _check(body, siblings[path])
+            _no_cdn_no_token(upstream, headers)
+        resolve, cache, cdn = _hub_requests(upstream, TINY_CHAT, commit, path)
+        assert [e["status"] for e in resolve] == ([302] if path == "model.safetensors" else [307])
+        if path == "model.safetensors":
+            # the hub's redirect to its CDN, followed by nginx; the CDN is asked once, without a token
+            assert cache == [] and [e["status"] for e in cdn] == [200]
+            assert [k for k in cdn[0]["headers"] if k.lower() == "authorization"] == []
+        else:
+            # huggingface.co answers a git file with a relative 307 to its own resolve-cache: followed
+            # with the token (same origin), once
+            assert [e["status"] for e in cache] == [200] and cdn == []
+            assert cache[0]["headers"].get("Authorization") == "Bearer ***"
+        assert resolve[0]["headers"].get("Authorization") == "Bearer ***"
+    # on disk: the cache is the workers' alone
+    if os.geteuid() == 0:
+        cached = [p for p in (mirror.dir / "cache").rglob("*") if p.is_file()]
+        assert len(cached) == 2
+        assert all(p.stat().st_uid == pwd.getpwnam(WORKER).pw_uid and p.stat().st_mode & 0o077 == 0 for p in cached)
+
+
+def test_concurrent_first_requests_reach_the_cdn_once(mirror, upstream):
+    commit, siblings = _info(mirror, TINY_CHAT)
+    path = "pytorch_model.bin"
+    upstream.fault("slow", path="/hub-cdn/", delay=1.0)  # the first download takes a while
+    barrier = threading.Barrier(5)
+    results = [None] * 5
+
+    def fetch(index):
+        barrier.wait()
+        results[index] = mirror.get("/%s/resolve/%s/%s" % (TINY_CHAT, commit, path))
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for status, _headers, body in results:
+        assert status == 200
+        _check(body, siblings[path])
+    assert sorted(r[1]["X-Cache-Status"] for r in results) == ["HIT"] * 4 + ["MISS"]
+    resolve, _cache, cdn = _hub_requests(upstream, TINY_CHAT, commit, path)
+    assert (len(resolve), len(cdn)) == (1, 1)
+
+
+def test_a_range_is_served_from_the_whole_file(mirror, upstream):
+    commit, siblings = _info(mirror, TINY_CHAT)
+    url = "/%s/resolve/%s/model.safetensors" % (TINY_CHAT, commit)
+    _status, _headers, whole = mirror.get(url, method="HEAD")  # a HEAD caches the file too
+    for expected_cache in ("HIT", "HIT"):
+        status, headers, body = mirror.get(url, {"Range": "bytes=100-199"})
+        assert (status, headers["X-Cache-Status"]) == (206, expected_cache)
+        assert headers["Content-Range"] == "bytes 100-199/%d" % siblings["model.safetensors"]["size"]
+        status, _headers, full = mirror.get(url)
+        _check(full, siblings["model.safetensors"])
+        assert body == full[100:200]
+    # a range on a miss: served while the whole file is fetched (no Range upstream) and cached
+    url = "/%s/resolve/%s/tokenizer.json" % (TINY_CHAT, commit)
+    status, headers, body = mirror.get(url, {"Range": "bytes=10-"})
+    assert (status, headers["X-Cache-Status"]) == (206, "MISS")
+    _status, _headers, full = mirror.get(url)
+    _check(full, siblings["tokenizer.json"])
+    assert body == full[10:]
+    assert all("range" not in {k.lower() for k in e["headers"]} for e in upstream.log())
+
+
+@pytest.mark.parametrize("revision", ["main", "v1", "f7bed06"])
+def test_a_branch_or_tag_url_is_refused_without_asking_the_hub(mirror, upstream, revision):
+    upstream.clear_log()
+    status, headers, body = mirror.get("/%s/resolve/%s/config.json" % (TINY_CHAT, revision))
+    assert status == 404 and b"40-hex commit" in body
+    assert headers.get("X-Cache-Status") is None
+    assert upstream.log() == []
+
+
+@pytest.mark.parametrize("path, method, expected", [
+    ("/%s/resolve/{commit}/config.json" % TINY_CHAT, "POST", 405),
+    ("/%s/resolve/{commit}/config.json" % TINY_CHAT, "PUT", 405),
+    ("/%s/resolve/{commit}/a/../config.json" % TINY_CHAT, "GET", 400),
+    ("/%s/resolve/{commit}/%%2e%%2e/config.json" % TINY_CHAT, "GET", 400),
+    ("/%s/resolve/{commit}/a%%2Fb" % TINY_CHAT, "GET", 400),
+    ("//%s/resolve/{commit}/config.json" % TINY_CHAT, "GET", 404),
+    ("/api/whoami-v2", "GET", 404),
+    ("/datasets/x/y/resolve/{commit}/a.json", "GET", 404),
+])
+def test_anything_else_is_refused_without_asking_the_hub(mirror, upstream, path, method, expected):
+    commit = upstream.hub_catalog()["repos"][TINY_CHAT]["branches"]["main"]
+    upstream.clear_log()
+    request = urllib.request.Request(mirror.url + path.format(commit=commit), method=method, data=b"" if method in
+                                     ("POST", "PUT") else None)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == expected
+    assert upstream.log() == []
+
+
+def test_the_gated_repo_works_with_the_mirrors_token_only(mirror, upstream):
+    commit, siblings = _info(mirror, GATED_TINY)
+    client = {"Authorization": "Bearer hf_clientTokenThatMustNotTravel"}
+    for path, headers in (("config.json", {}), ("model.safetensors", client), ("model.safetensors", {})):
+        status, served, body = mirror.get("/%s/resolve/%s/%s" % (GATED_TINY, commit, path), headers)
+        assert status == 200, body
+        _check(body, siblings[path])
+        _no_cdn_no_token(upstream, served)
+    log = upstream.log()
+    hub = [e for e in log if e["path"].startswith("/hub/") and "/resolve" in e["path"]]
+    cdn = [e for e in log if e["path"].startswith("/hub-cdn/")]
+    assert {e["status"] for e in hub} <= {200, 302, 307} and len(cdn) == 1
+    assert all(e["headers"].get("Authorization") == "Bearer ***" for e in hub)
+    # neither the mirror's token nor the client's reaches the CDN
+    assert all(k.lower() != "authorization" for e in cdn for k in e["headers"])
+    assert HUB_TOKEN not in mirror.conf.read_text()
+
+
+def test_without_the_token_the_gated_repo_is_refused_and_nothing_is_cached(upstream):
+    started = Mirror(upstream, token="")
+    try:
+        commit = upstream.hub_catalog()["repos"][GATED_TINY]["branches"]["main"]
+        url = "/%s/resolve/%s/model.safetensors" % (GATED_TINY, commit)
+        for _attempt in range(2):
+            status, headers, body = started.get(url)
+            assert status == 401 and headers["X-Cache-Status"] == "MISS", body
+        assert [e["headers"].get("Authorization") for e in upstream.log() if e["path"].startswith("/hub/")] == [None] * 2
+    finally:
+        started.stop()
+
+
+def test_a_renamed_repo_is_followed_to_its_new_name(mirror, upstream):
+    commit, siblings = _info(mirror, TINY_CHAT)
+    status, headers, body = mirror.get("/llmfleet-test/tiny-chat-old/resolve/%s/model.safetensors" % commit)
+    assert (status, headers["X-Cache-Status"]) == (200, "MISS")
+    _check(body, siblings["model.safetensors"])
+    statuses = [(e["path"].split("/resolve/")[0], e["status"]) for e in upstream.log() if "/resolve/" in e["path"]]
+    assert statuses == [("/hub/llmfleet-test/tiny-chat-old", 307), ("/hub/llmfleet-test/tiny-chat", 302)]
+
+
+def test_the_model_api_is_passed_through_not_cached(mirror, upstream):
+    for _attempt in range(2):
+        commit, _siblings = _info(mirror, TINY_CHAT)
+    api = [e for e in upstream.log() if e["path"].startswith("/hub/api/models/")]
+    assert [(e["path"], e["query"], e["status"]) for e in api] == [
+        ("/hub/api/models/%s/revision/main" % TINY_CHAT, "blobs=true", 200)] * 2
+    assert all(e["headers"].get("Authorization") == "Bearer ***" for e in api)
+    # a renamed repo: the hub's relative redirect comes back as one to the mirror, and is followed there
+    status, headers, body = mirror.get("/api/models/llmfleet-test/tiny-chat-old/revision/main")
+    assert (status, json.loads(body)["sha"]) == (200, commit)
+    # a revision with a slash (URL-quoted) reaches the hub as sent
+    upstream.clear_log()
+    status, headers, body = mirror.get("/api/models/%s/revision/refs%%2Fpr%%2F1" % TINY_CHAT)
+    assert (status, headers.get("X-Error-Code")) == (404, "RevisionNotFound")
+    assert [e["raw_path"] for e in upstream.log()] == ["/hub/api/models/%s/revision/refs%%2Fpr%%2F1" % TINY_CHAT]
+
+
+def test_the_role_writes_what_this_test_runs():
+    """The role's tasks render the token file and the configuration with these filters, the token
+    never shown, the configuration checked by nginx before it replaces the old one."""
+    tasks = _role_tasks()
+    token = tasks["Write the hub mirror's token file"]
+    assert "engine_cache_hub_mirror_token_conf" in token["ansible.builtin.copy"]["content"]
+    assert token["no_log"] is True and token["diff"] is False and token["ansible.builtin.copy"]["mode"] == "0600"
+    conf = tasks["Write the hub mirror's nginx configuration"]["ansible.builtin.copy"]
+    assert "engine_cache_hub_mirror_conf" in conf["content"] and "engine_cache_hub_mirror_token" not in conf["content"]
+    assert conf["validate"] == "/usr/sbin/nginx -t -q -c %s"
+    unit = tasks["Write the unit of the hub mirror"]["ansible.builtin.copy"]["content"]
+    assert "ExecStart=/usr/sbin/nginx -c {{ __engine_cache_hub_etc }}/hub-mirror.conf -g 'daemon off;'" in unit
+
+
+def test_the_roles_unit_loads_in_systemd_without_warnings(tmp_path):
+    """The role's unit, rendered as Ansible renders it: ``systemd-analyze verify`` loads it without a word, with
+    the command line the tests above run nginx with."""
+    import jinja2
+
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze is not installed (the systemd package; CI installs it)"
+    content = _role_tasks()["Write the unit of the hub mirror"]["ansible.builtin.copy"]["content"]
+    text = jinja2.Template(content, keep_trailing_newline=True).render(
+        __engine_cache_hub_etc="/etc/llmfleet/engine_cache", engine_cache_hub_mirror_upstream="https://huggingface.co",
+        engine_cache_hub_mirror_dir="/srv/llmfleet-cache/hub-mirror")
+    units = tmp_path / "etc" / "systemd" / "system"
+    units.mkdir(parents=True)
+    (units / "llmfleet-hub-mirror.service").write_text(text)
+    for binary in ("/usr/sbin/nginx", "/bin/kill"):  # verify checks that the commands exist
+        (tmp_path / binary.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(binary, tmp_path / binary.lstrip("/"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYSTEMD_")}
+    argv = [analyze, "verify", "--man=no", "--recursive-errors=no", "--root", str(tmp_path),
+            "/etc/systemd/system/llmfleet-hub-mirror.service"]
+    quiet = subprocess.run(argv, capture_output=True, text=True, env=dict(env, SYSTEMD_LOG_LEVEL="info"), check=False)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    dump = subprocess.run(argv, capture_output=True, text=True, env=dict(env, SYSTEMD_LOG_LEVEL="debug"), check=False)
+    assert "Command Line: /usr/sbin/nginx -c /etc/llmfleet/engine_cache/hub-mirror.conf -g \"daemon off;\"" in dump.stdout
+    assert "CapabilityBoundingSet: cap_chown cap_kill cap_setgid cap_setuid cap_net_bind_service" in dump.stdout
+    assert "ReadWritePaths: /srv/llmfleet-cache/hub-mirror" in dump.stdout and "KillSignal: SIGQUIT" in dump.stdout

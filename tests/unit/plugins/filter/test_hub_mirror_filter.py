@@ -1,0 +1,334 @@
+"""The engine_cache role's hub mirror filters (plugins/filter/hub_mirror.py).
+
+The nginx configuration is data: every value that would end a directive, open or close a block, start a
+comment, a string or a variable is refused with its variable's name and value (the token's never shown);
+what is rendered is pinned directive by directive, and a real nginx (``nginx -t``, Debian's nginx-light,
+which CI installs) accepts it for the defaults and for odd but valid values, with a temporary prefix and
+directory (no root-only path). What it does with traffic: tests/integration/test_hub_mirror_nginx.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
+
+REPO = pathlib.Path(__file__).resolve().parents[4]
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+TOKEN = "hf_PLANTEDsecretTOKEN0123456789"
+
+
+def _module():
+    from ansible.module_utils import _internal
+
+    before = _internal.is_controller
+    try:
+        from ansible_collections.llmfleet.engines.plugins.filter import hub_mirror
+    finally:
+        _internal.is_controller = before
+    return hub_mirror
+
+
+M = _module()
+F = M.FilterModule().filters()
+conf = F["engine_cache_hub_mirror_conf"]
+problems = F["engine_cache_hub_mirror_problems"]
+token_conf = F["engine_cache_hub_mirror_token_conf"]
+BASE = {"dir": "/srv/llmfleet-cache/hub-mirror", "token_file": "/etc/llmfleet/engine_cache/hub-mirror-token.conf"}
+INJECT = ("no control character (newline, carriage return, tab, NUL), whitespace, quote, ';', '{', '}', '#', '\\'"
+          " or '$' (nginx would read the rest as directives, blocks or variables of its own)")
+
+
+def test_filters_are_registered():
+    assert sorted(F) == ["engine_cache_hub_mirror_conf", "engine_cache_hub_mirror_problems",
+                         "engine_cache_hub_mirror_token_conf"]
+
+
+def test_filter_defaults_are_the_role_defaults():
+    defaults = yaml.safe_load((REPO / "roles/engine_cache/defaults/main.yml").read_text())
+    for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token"):
+        assert M.DEFAULTS[key] == defaults["engine_cache_hub_mirror_" + key], key
+
+
+# -- what is rendered ---------------------------------------------------------------------------------
+
+def _lines(text):
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _location(text, opening):
+    """The directives of the block that starts with ``opening`` (nested blocks included)."""
+    lines = _lines(text)
+    start = lines.index(opening)
+    depth, out = 0, []
+    for line in lines[start:]:
+        depth += line.count("{") - line.count("}")
+        out.append(line)
+        if depth == 0:
+            return out
+    raise AssertionError("block %r is not closed" % opening)
+
+
+RESOLVE = 'location ~ "^/[^/]+/[^/]+/resolve/[0-9a-f]{40}/" {'
+
+
+def test_defaults_render_the_cache_and_the_server():
+    lines = _lines(conf(BASE))
+    for line in (
+        "pid /srv/llmfleet-cache/hub-mirror/run/nginx.pid;",
+        "error_log /srv/llmfleet-cache/hub-mirror/log/error.log warn;",
+        "access_log /srv/llmfleet-cache/hub-mirror/log/access.log llmfleet_hub;",
+        "proxy_cache_path /srv/llmfleet-cache/hub-mirror/cache levels=1:2 keys_zone=llmfleet_hub:64m max_size=500g"
+        " inactive=365d use_temp_path=off;",
+        "client_body_temp_path /srv/llmfleet-cache/hub-mirror/tmp/client_body;",
+        "proxy_temp_path /srv/llmfleet-cache/hub-mirror/tmp/proxy;",
+        "resolver 127.0.0.53 ipv6=off;",
+        "listen 0.0.0.0:8090;",
+        "add_header X-Cache-Status $upstream_cache_status always;",
+        "include /etc/llmfleet/engine_cache/hub-mirror-token.conf;",
+        '"~^/" https://huggingface.co$upstream_http_location;',
+        '"~^https://huggingface\\.co/" 1;',
+    ):
+        assert line in lines, line
+    # no user directive unless asked; never daemon (the unit gives -g 'daemon off;')
+    assert not [line for line in lines if line.startswith(("user ", "daemon "))]
+
+
+def test_the_resolve_location_caches_follows_redirects_and_sends_the_token_to_the_hub_only():
+    text = conf(BASE)
+    block = _location(text, RESOLVE)
+    for line in (
+        "proxy_pass https://huggingface.co$hub_path;",
+        "proxy_cache llmfleet_hub;",
+        "proxy_cache_key $hub_path;",
+        "proxy_cache_valid 200 3650d;",
+        "proxy_cache_lock on;",
+        "proxy_cache_lock_timeout 3600s;",
+        "proxy_cache_lock_age 3600s;",
+        "proxy_force_ranges on;",
+        "proxy_intercept_errors on;",
+        "error_page 301 302 303 307 308 = @cdn;",
+        "set $hub_to_hub 1;",
+        "proxy_set_header Authorization $hub_authorization;",
+        'proxy_set_header Accept-Encoding "";',
+        'proxy_set_header Cookie "";',
+        "proxy_ssl_server_name on;",
+        "proxy_ssl_verify on;",
+        "proxy_ssl_trusted_certificate /etc/ssl/certs/ca-certificates.crt;",
+        'if ($request_uri !~ "^/[^/]+/[^/]+/resolve/[0-9a-f]{40}/") {',
+    ):
+        assert line in block, line
+    cdn = _location(text, "location @cdn {")
+    assert "set $hub_to_hub $hub_same_origin;" in cdn
+    assert "proxy_pass $hub_next;" in cdn
+    assert "proxy_cache_key $hub_path;" in cdn and "recursive_error_pages on;" in cdn
+    # the token's variable is chosen per URL: 1 only for the hub's own origin
+    assert cdn.index("set $hub_to_hub $hub_same_origin;") < cdn.index("proxy_set_header Authorization $hub_authorization;")
+    api = _location(text, "location /api/models/ {")
+    assert "proxy_cache off;" in api and "proxy_pass https://huggingface.co$request_uri;" in api
+    assert "proxy_cache llmfleet_hub;" not in api
+    assert [line for line in api if line.startswith("proxy_redirect")] == ["proxy_redirect https://huggingface.co/ /;"]
+    anything = _location(text, "location / {")
+    assert len(anything) == 3 and anything[1].startswith("return 404 ")
+
+
+def test_the_maps_that_are_read_more_than_once_a_request_are_volatile():
+    lines = _lines(conf(BASE))
+    for opening in ("map $upstream_http_location $hub_redirect {", "map $hub_next $hub_same_origin {"):
+        assert lines[lines.index(opening) + 1] == "volatile;", opening
+
+
+def test_odd_but_valid_values_render():
+    text = conf(dict(BASE, listen="::1", port="8443", upstream="http://[::1]:8080/hub/", max_size_gib="7",
+                     resolver=["10.0.0.2", "[2001:db8::53]:5353", "2001:db8::54", "10.0.0.3:53"],
+                     validate_certs="no", user="llmfleet-hub-mirror", group="nogroup", ca_file="/opt/ca+1/b@.pem",
+                     lock_timeout=60, inactive_days=30, token=TOKEN))
+    lines = _lines(text)
+    assert "listen [::1]:8443;" in lines
+    assert "user llmfleet-hub-mirror nogroup;" in lines
+    assert "resolver 10.0.0.2 [2001:db8::53]:5353 [2001:db8::54] 10.0.0.3:53 ipv6=off;" in lines
+    assert "proxy_pass http://[::1]:8080/hub$hub_path;" in lines
+    assert '"~^/" http://[::1]:8080$upstream_http_location;' in lines
+    assert "proxy_redirect http://[::1]:8080/hub/ /;" in lines and "proxy_redirect /hub/ /;" in lines
+    assert '"~^http://\\[::1\\]:8080/" 1;' in lines
+    assert "proxy_ssl_verify off;" in lines and "proxy_cache_lock_timeout 60s;" in lines
+    assert "max_size=7g inactive=30d" in text
+    assert TOKEN not in text
+
+
+@pytest.mark.parametrize("resolv_conf, expected", [
+    ("nameserver 10.255.255.53\n", "10.255.255.53"),
+    ("# x\nsearch example.org\nnameserver 192.0.2.1 # first\n  nameserver\t2001:db8::1\nnameserver fe80::1%eth0\n",
+     "192.0.2.1 [2001:db8::1]"),
+    ("nameserver not-an-address\n", "127.0.0.53"),
+    ("", "127.0.0.53"),
+])
+def test_resolver_from_resolv_conf(resolv_conf, expected):
+    assert "resolver %s ipv6=off;" % expected in _lines(conf(dict(BASE, resolv_conf=resolv_conf)))
+
+
+def test_resolver_given_wins_over_resolv_conf():
+    params = dict(BASE, resolver="10.0.0.9", resolv_conf="nameserver 10.0.0.1\n")
+    assert "resolver 10.0.0.9 ipv6=off;" in _lines(conf(params))
+
+
+def test_token_conf():
+    text = token_conf(TOKEN)
+    assert _lines(text) == ["map $hub_to_hub $hub_authorization {", "volatile;", 'default "";',
+                            '1 "Bearer %s";' % TOKEN, "}"]
+    assert "Bearer" not in token_conf("")
+    assert text.endswith("\n")
+
+
+# -- refusals -----------------------------------------------------------------------------------------
+
+NASTY = ["a\nb", "a;b", "a{", "}", 'a"b', "a'b", "a b", "a\tb", "x\x00", "$host", "a#b", "a\\b", "\x7f", "a\rb",
+         "\x85"]
+VARIABLES = {
+    "listen": "variable engine_cache_hub_mirror_listen",
+    "upstream": "variable engine_cache_hub_mirror_upstream",
+    "dir": "variable engine_cache_hub_mirror_dir",
+    "port": "variable engine_cache_hub_mirror_port",
+    "max_size_gib": "variable engine_cache_hub_mirror_max_size_gib",
+    "resolver": "variable engine_cache_hub_mirror_resolver",
+    "user": "parameter user",
+    "token_file": "parameter token_file",
+    "ca_file": "parameter ca_file",
+}
+
+
+@pytest.mark.parametrize("key", sorted(VARIABLES))
+@pytest.mark.parametrize("nasty", NASTY, ids=[repr(n) for n in NASTY])
+def test_injection_is_refused_naming_variable_and_value(key, nasty):
+    import json
+
+    value = "https://huggingface.co/" + nasty if key == "upstream" else nasty
+    params = dict(BASE, **{key: [value] if key == "resolver" else value})
+    expected = "%s is %s, allowed: %s" % (VARIABLES[key], json.dumps(value), INJECT)
+    assert problems(params) == [expected]
+    with pytest.raises(AnsibleFilterError) as err:
+        conf(params)
+    assert str(err.value) == "engine_cache_hub_mirror_conf: " + expected
+
+
+@pytest.mark.parametrize("nasty", NASTY + ['hf_x" ; }', "hf_x\nserver {"], ids=repr)
+def test_an_injecting_token_is_refused_without_showing_it(nasty):
+    token = TOKEN + nasty
+    for call in (lambda: conf(dict(BASE, token=token)), lambda: token_conf(token)):
+        with pytest.raises(AnsibleFilterError) as err:
+            call()
+        assert "variable engine_cache_hub_mirror_token" in str(err.value)
+        assert "a secret, not shown" in str(err.value)
+        assert TOKEN not in str(err.value) and "PLANTED" not in str(err.value)
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("port", 0, "is 0, allowed: a port number (1-65535)"),
+    ("port", 65536, "is 65536, allowed: a port number"),
+    ("port", True, "is true, allowed: a port number"),
+    ("port", "80x", 'is "80x", allowed: a port number'),
+    ("listen", "", 'is "", allowed: an IP address (0.0.0.0 or :: for all) or a host name of this host'),
+    ("listen", "-host", 'is "-host", allowed: an IP address'),
+    ("listen", ["0.0.0.0"], 'is ["0.0.0.0"], allowed: an IP address'),
+    ("upstream", "ftp://huggingface.co", 'is "ftp://huggingface.co", allowed: an http(s) URL of the hub'),
+    ("upstream", "https://user@huggingface.co", "allowed: an http(s) URL"),
+    ("upstream", "https://huggingface.co/?x=1", "allowed: an http(s) URL"),
+    ("upstream", "https://huggingface.co/a/../b", "allowed: an http(s) URL"),
+    ("upstream", "https://huggingface.co:99999", "allowed: an http(s) URL"),
+    ("upstream", "https://[zz::1]", "allowed: an http(s) URL"),
+    ("upstream", "huggingface.co", "allowed: an http(s) URL"),
+    ("max_size_gib", 0, "is 0, allowed: a whole number of GiB, 1 or more"),
+    ("max_size_gib", 1.5, "is 1.5, allowed: a whole number of GiB"),
+    ("dir", "relative/dir", 'is "relative/dir", allowed: an absolute path'),
+    ("dir", "/", 'is "/", allowed: an absolute path'),
+    ("dir", "/srv/../etc", "allowed: an absolute path"),
+    ("resolver", ["dns.example.org"], 'has "dns.example.org", not an IP address; allowed: a list of IP addresses'),
+    ("resolver", ["10.0.0.1:0"], 'has "10.0.0.1:0", not a port number after the address'),
+    ("resolver", [53], "is [53], allowed: a list of IP addresses"),
+    ("validate_certs", "maybe", 'variable engine_cache_validate_certs is "maybe", allowed: true or false'),
+    ("user", "Root", 'parameter user is "Root", allowed: a system user name'),
+    ("group", "9x", 'parameter group is "9x", allowed: a system group name'),
+    ("lock_timeout", 0, "parameter lock_timeout is 0, allowed: a whole number of seconds, 1 or more"),
+    ("inactive_days", "x", 'parameter inactive_days is "x", allowed: a whole number of days, 1 or more'),
+    ("token", 123, "variable engine_cache_hub_mirror_token is a int (a secret, not shown), allowed: a string"),
+])
+def test_shapes_are_refused(key, value, fragment):
+    found = problems(dict(BASE, **{key: value}))
+    assert len(found) == 1 and fragment in found[0], found
+    with pytest.raises(AnsibleFilterError):
+        conf(dict(BASE, **{key: value}))
+
+
+def test_unknown_keys_missing_keys_and_not_a_mapping():
+    assert problems({"colour": "red"}) == [
+        "the mirror's parameters have colour, allowed keys: " + ", ".join(M.KEYS)]
+    assert problems("x")[0].startswith('the mirror\'s parameters are "x", allowed: a mapping')
+    with pytest.raises(AnsibleFilterError, match="the mirror's parameters have no dir; the mirror's parameters have"
+                                                 " no token_file"):
+        conf({})
+    assert problems({}) == []
+
+
+def test_the_role_defaults_have_no_problem():
+    defaults = yaml.safe_load((REPO / "roles/engine_cache/defaults/main.yml").read_text())
+    params = {key: defaults["engine_cache_hub_mirror_" + key]
+              for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token")}
+    assert problems(params) == []
+
+
+# -- what nginx makes of it -----------------------------------------------------------------------------
+
+def _nginx_test(tmp_path, params, token=""):
+    """``nginx -t`` of the configuration rendered for ``params`` under ``tmp_path`` (prefix and directory)."""
+    assert NGINX, "nginx is not installed (apt-get install nginx-light; CI installs it)"
+    directory = tmp_path / "mirror"
+    for sub in ("cache", "tmp", "log", "run"):
+        (directory / sub).mkdir(parents=True)
+    token_file = tmp_path / "token.conf"
+    token_file.write_text(token_conf(token))
+    token_file.chmod(0o600)
+    config = tmp_path / "nginx.conf"
+    config.write_text(conf(dict(params, dir=str(directory), token_file=str(token_file))))
+    return subprocess.run([NGINX, "-t", "-q", "-p", str(tmp_path), "-c", str(config)],
+                          capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_nginx_accepts_the_defaults(tmp_path):
+    result = _nginx_test(tmp_path, {})
+    assert result.returncode == 0 and result.stderr == "" and result.stdout == "", result.stderr
+
+
+@pytest.mark.parametrize("params", [
+    {"listen": "127.0.0.1", "port": 18090, "upstream": "http://127.0.0.1:8080/hub", "resolver": ["127.0.0.1:5353"]},
+    {"listen": "::1", "upstream": "https://[::1]:8443", "resolver": "[::1] 10.0.0.2", "validate_certs": False,
+     "max_size_gib": 1, "lock_timeout": 5, "inactive_days": 1},
+    {"listen": "localhost", "upstream": "https://hub.example-mirror.org/a/b", "resolv_conf": "nameserver 192.0.2.53\n"},
+], ids=["loopback-http-upstream-with-path", "ipv6", "names"])
+def test_nginx_accepts_odd_but_valid_values(tmp_path, params):
+    result = _nginx_test(tmp_path, params, token=TOKEN)
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"\[(emerg|alert|crit|error)\]", result.stderr), result.stderr
+
+
+def test_nginx_accepts_a_workers_user(tmp_path):
+    result = _nginx_test(tmp_path, {"user": "nobody", "group": "nogroup" if _group("nogroup") else "nobody"})
+    assert result.returncode == 0, result.stderr
+    if os.geteuid() == 0:
+        assert result.stderr == ""
+
+
+def _group(name):
+    import grp
+
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True

@@ -24,6 +24,7 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import DEFAULT_ENDPOINT
 
 # What ends a directive, starts a block, a comment, a string or a variable, or splits a value in
 # nginx's configuration: control characters (C0, DEL, C1), lone surrogates, whitespace, quotes,
@@ -47,7 +48,7 @@ RESOLVE_RE = "^/[^/]+/[^/]+/resolve/[0-9a-f]{40}/"
 DEFAULTS = {
     "listen": "0.0.0.0",
     "port": 8090,
-    "upstream": "https://huggingface.co",
+    "upstream": DEFAULT_ENDPOINT,
     "max_size_gib": 500,
     "resolver": [],
     "resolv_conf": "",

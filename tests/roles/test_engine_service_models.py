@@ -96,9 +96,17 @@ def test_a_new_revision_rolls_and_a_tampered_one_is_refused_before_anything_stop
     assert node.play(first, extra_vars=hub_vars(hub, tmp_path)).rc == 0
     pid = node.main_pid(unit)
 
+    moved = [dict(first[0], revision="main")]
+    unit_text = (node.unit_dir / unit).read_text()
+    hub.clear_log()
+    check = node.play(moved, extra_vars=hub_vars(hub, tmp_path), check=True)
+    assert check.rc == 0, check.explain()
+    assert "would download" in check.output.lower() or "to fetch" in check.output.lower(), check.output
+    assert downloads(hub) == [] and not snapshot_dir(node, main).exists(), "check mode fetched weights"
+    assert (node.unit_dir / unit).read_text() == unit_text and node.main_pid(unit) == pid
+
     # main's weights differ from v1's; the hub serves them tampered: refused at staging
     hub.fault("tamper", filename="model.safetensors")
-    moved = [dict(first[0], revision="main")]
     bad = node.play(moved, extra_vars=hub_vars(hub, tmp_path))
     assert bad.rc != 0
     assert "model.safetensors" in bad.output and "sha256" in bad.output.lower(), bad.explain()

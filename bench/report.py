@@ -380,12 +380,17 @@ def render(data: dict) -> str:
         out += download_section(data["fleet"])
     if data.get("cache"):
         out += cache_section(data["cache"])
+    if data.get("models"):
+        from bench.models import section as models_section  # pylint: disable=import-outside-toplevel
+
+        out += models_section(data["models"])
     return "\n".join(out).rstrip() + "\n"
 
 
 # The headings of each section of bench.run (--only): a partial run's page can be spliced into a
 # page rendered earlier when that run's JSON is gone (splice).
-HEADINGS = {"flow": ("## 1.",), "fleet": ("## 2.", "## 4."), "disk": ("## 3.",), "cache": ("## 5.",)}
+HEADINGS = {"flow": ("## 1.",), "fleet": ("## 2.", "## 4."), "disk": ("## 3.",), "cache": ("## 5.",),
+            "models": ("## 6.",)}
 LIST_TITLE = "Sections measured by different runs:"
 
 

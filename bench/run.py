@@ -1,10 +1,12 @@
 """Run the benchmarks and write ``bench/results.md`` (and ``build/bench/results.json``).
 
-    python -m bench.run [--only flow fleet disk cache] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
-                        [--no-pypi] [--no-variants] [--before GIT_REF] [--output bench/results.md] [--json F]
+    python -m bench.run [--only flow fleet disk cache models] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
+                        [--no-pypi] [--no-variants] [--before GIT_REF] [--model-n N ...] [--model-mib 32]
+                        [--model-reps 5] [--output bench/results.md] [--json F]
 
-``make bench`` runs it with the defaults. The fleet's largest N runs last, then the rollouts
-through one cache host (bench/cache.py). A partial run (--only) keeps the other sections of the
+``make bench`` runs it with the defaults. The model weights through the hub mirror (bench/models.py)
+run after the disk section; the fleet's largest N runs last, then the rollouts through one cache
+host (bench/cache.py). A partial run (--only) keeps the other sections of the
 previous run's JSON; when that JSON is gone, it splices its sections into the page at --output.
 """
 
@@ -17,11 +19,11 @@ import shlex
 import sys
 import time
 
-from bench import cache, disk, fleet, flow
+from bench import cache, disk, fleet, flow, models
 from bench.common import REPO, WORK, machine, rel, write_json
 from bench.report import render, splice
 
-SECTIONS = ("flow", "disk", "fleet", "cache")
+SECTIONS = ("flow", "disk", "fleet", "cache", "models")
 
 
 def main(argv=None) -> int:
@@ -39,6 +41,11 @@ def main(argv=None) -> int:
                         help="also the collection of this earlier commit on the same nodes (a fleet variant)")
     parser.add_argument("--devpi-venv", type=pathlib.Path, default=cache.DEVPI_VENV,
                         help="venv of devpi-server for the cache section (kept between runs; default build/bench/devpi/venv)")
+    parser.add_argument("--model-n", type=int, nargs="+",
+                        help="fleet sizes of the model weights section (default: those of --n)")
+    parser.add_argument("--model-mib", type=float, default=models.DEFAULT_MIB,
+                        help="size of the bench model's weights file, MiB (default %(default)s)")
+    parser.add_argument("--model-reps", type=int, default=5, help="repetitions of the one-node model timing")
     parser.add_argument("--output", type=pathlib.Path, default=REPO / "bench" / "results.md")
     parser.add_argument("--json", type=pathlib.Path, help="default: <work>/results.json")
     parser.add_argument("--work", type=pathlib.Path, default=WORK, help="scratch directory (default build/bench)")
@@ -65,6 +72,10 @@ def main(argv=None) -> int:
     if "disk" in args.only:
         data["sections"]["disk"] = {"machine": machine(), "command": command}
         data["disk"] = disk.run(not args.no_pypi, work=args.work / "disk")
+        write_json(args.json, data)
+    if "models" in args.only:
+        data["sections"]["models"] = {"machine": machine(), "command": command}
+        data["models"] = models.run(args.model_n or args.n, args.model_mib, args.model_reps, work=args.work / "models")
         write_json(args.json, data)
     if "fleet" in args.only:
         data["sections"]["fleet"] = {"machine": machine(), "command": command}

@@ -1,10 +1,13 @@
 """Smoke run of the benchmarks (bench/): every benchmark runs once, with N = 1 and one repetition,
 and reports well-formed figures (the rollout through one cache host as well: N = 1, today's flow, the
 fleet lock, the fleet lock through a devpi-server, whose venv build/bench/devpi/venv is built once
-and kept). No timing is asserted: the figures themselves are what
+and kept; the model weights with a 1 MiB model). No timing is asserted: the figures themselves are what
 ``make bench`` publishes in bench/results.md, on a machine left alone for it.
 
 The real-PyPI cases and the fleet's settings variants are left out (``--no-pypi --no-variants``).
+The model weights section also runs alone (``models_smoke``: a few seconds) with N = 1 and 3, where
+what it is about shows: through the hub mirror the hub serves one copy of the model for 3 nodes,
+without it three.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ SECTIONS = (
     "## 3. Disk and download per node",
     "## 4. Fleet download",
     "## 5. Fleet rollout through one cache host",
+    "## 6. Model weights",
 )
 
 
@@ -35,9 +39,26 @@ def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     output = work / "results.md"
     cmd = [sys.executable, "-m", "bench.run", "--n", "1", "--reps", "1", "--fleet-reps", "1", "--no-pypi",
-           "--no-variants", "--work", str(work / "scratch"), "--json", str(work / "results.json"),
-           "--output", str(output)]
+           "--no-variants", "--model-mib", "1", "--model-reps", "1", "--work", str(work / "scratch"),
+           "--json", str(work / "results.json"), "--output", str(output)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
+    data = json.loads((work / "results.json").read_text())
+    return {"data": data, "markdown": output.read_text(), "work": work}
+
+
+MODEL_NODES = 3
+
+
+@pytest.fixture(scope="module")
+def models_smoke(tmp_path_factory):
+    """The model weights section alone: N = 1 and 3, a 1 MiB model, 2 timed runs of each side."""
+    work = tmp_path_factory.mktemp("bench-models")
+    output = work / "results.md"
+    cmd = [sys.executable, "-m", "bench.run", "--only", "models", "--model-n", "1", str(MODEL_NODES),
+           "--model-mib", "1", "--model-reps", "2", "--work", str(work / "scratch"), "--json",
+           str(work / "results.json"), "--output", str(output)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
     data = json.loads((work / "results.json").read_text())
     return {"data": data, "markdown": output.read_text(), "work": work}
@@ -67,6 +88,7 @@ def test_machine_and_command_are_recorded(smoke):
     assert not (smoke["work"] / "scratch" / "flow").exists()
     assert not (smoke["work"] / "scratch" / "fleet").exists()
     assert not (smoke["work"] / "scratch" / "cache").exists()
+    assert not (smoke["work"] / "scratch" / "models").exists()
 
 
 def test_flow_compares_module_and_ansible_with_raw_uv(smoke):
@@ -202,10 +224,7 @@ def test_a_partial_run_splices_its_section_into_an_older_page(smoke):
     assert splice(page, data, ["cache"]) == page  # splicing again changes nothing
 
 
-def test_markdown_is_well_formed(smoke):
-    text = smoke["markdown"]
-    positions = [text.index(title) for title in SECTIONS]
-    assert positions == sorted(positions)
+def check_page(text, work):
     assert re.search(r"\d+ CPUs \(nproc\), [\d.]+ GiB memory", text)
     assert "None" not in text and "nan" not in text.lower().split()
     # every table row has as many cells as its header
@@ -215,6 +234,74 @@ def test_markdown_is_well_formed(smoke):
         widths = {len(row.split(" | ")) for row in rows if not row.startswith("|---")}
         assert len(widths) == 1, block
     # the report renders the same page from the JSON
-    again = subprocess.run([sys.executable, "-m", "bench.report", str(smoke["work"] / "results.json")], cwd=REPO,
+    again = subprocess.run([sys.executable, "-m", "bench.report", str(work / "results.json")], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout
     assert again == text
+
+
+def test_markdown_is_well_formed(smoke):
+    text = smoke["markdown"]
+    positions = [text.index(title) for title in SECTIONS]
+    assert positions == sorted(positions)
+    check_page(text, smoke["work"])
+
+
+def test_models_through_the_mirror_the_hub_serves_one_copy_for_n_nodes(models_smoke):
+    """Bytes of the model from the hub and its CDN: N copies for N nodes without the mirror, one copy
+    with it (the controller's warm), the nodes then served by the mirror alone, from its cache."""
+    models = models_smoke["data"]["models"]
+    files = {f["path"]: f["size"] for f in models["rollouts"][0]["lock_files"]}
+    assert set(files) == {"config.json", "model.safetensors"} and files["model.safetensors"] == 1 << 20
+    size = models["lock_size"]
+    assert size == sum(files.values())
+    rollouts = {(r["n"], r["variant"]): r for r in models["rollouts"]}
+    assert set(rollouts) == {(n, v) for n in (1, MODEL_NODES) for v in ("hub", "mirror")}
+    for (n, variant), r in rollouts.items():
+        hub = r["hub"]
+        assert (r["nodes_complete"], r["nodes_files_downloaded"]) == (n, n * len(files)), (n, variant)
+        assert r["nodes_bytes_received"] == n * size, (n, variant)
+        # the hub's own count of the bytes it sent, and the request log with the lock, agree
+        assert hub["model_bytes"] == hub["model_bytes_from_log"], (n, variant, hub)
+        assert hub["answers_counted"] == hub["requests"] and hub["head_requests"] == 0, (n, variant, hub)
+        assert r["hub_phases"]["lock"] == {"requests": 1, "model_bytes": 0}  # the model info, once per rollout
+        if variant == "hub":
+            assert hub["model_bytes"] == n * size, (n, hub)
+            assert hub["by_kind"]["cdn"]["requests"] == n
+            assert "mirror" not in r
+        else:
+            assert hub["model_bytes"] == size, (n, hub)  # one copy, whatever N
+            assert hub["by_kind"]["cdn"]["requests"] == 1
+            assert r["hub_phases"]["warm"]["model_bytes"] == size
+            assert r["hub_phases"]["nodes"] == {"requests": 0, "model_bytes": 0}
+            assert r["warm"]["cache_status"] == ["MISS"] * len(files)
+            # every node's file came from the mirror's cache
+            assert r["mirror"]["cache"] == {"HIT": n * len(files)}, r["mirror"]
+            assert r["mirror"]["bytes"] == n * size
+            assert r["mirror"]["cache_bytes"] >= size
+    assert models["ratios"]["hub"]["model_bytes"] == MODEL_NODES
+    assert models["ratios"]["mirror"]["model_bytes"] == 1
+    assert rollouts[(MODEL_NODES, "hub")]["model_copies"] == MODEL_NODES
+    assert rollouts[(MODEL_NODES, "mirror")]["model_copies"] == 1
+
+
+def test_models_one_node_times_a_fresh_and_a_complete_snapshot(models_smoke):
+    one = models_smoke["data"]["models"]["one_node"]
+    hub, mirror = one["sides"]["from the hub"], one["sides"]["from the warm mirror"]
+    for side in (hub, mirror):
+        check_side(side, runs=2)
+    files = len(models_smoke["data"]["models"]["rollouts"][0]["lock_files"])
+    assert all(n > 0 for n in hub["hub_requests"]) and hub["mirror_requests"] == [0, 0]
+    assert mirror["hub_requests"] == [0, 0] and mirror["mirror_requests"] == [files, files]
+    again = one["sides"]["complete snapshot, again"]
+    assert (again["runs"], again["changed"], again["complete"]) == (2, 0, 2)
+    assert (again["hub_requests"], again["mirror_requests"]) == ([0], [0])  # no request at all
+    assert all(isinstance(t, numbers.Real) and t >= 0 for t in again["wall"])
+    assert is_seconds(one["ratio_wall"]["mirror/hub"])
+
+
+def test_models_page_is_well_formed(models_smoke):
+    text = models_smoke["markdown"]
+    assert SECTIONS[5] in text and "## 5." not in text
+    assert "| %s | through the mirror | %s of %s |" % (MODEL_NODES, MODEL_NODES, MODEL_NODES) in text
+    check_page(text, models_smoke["work"])
+    assert not (models_smoke["work"] / "scratch" / "models").exists()

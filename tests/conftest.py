@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import urllib.request
 
 import pytest
 
@@ -24,6 +25,16 @@ def _ensure_collection_link() -> None:
 
 _ensure_collection_link()
 os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(COLLECTIONS))
+
+
+@pytest.fixture(autouse=True)
+def _default_urllib_opener():
+    """Put urllib's default opener back after each test. ansible's ``open_url`` installs its own
+    opener for the whole process (``urllib.request.install_opener``); the modules that run in-process
+    in the unit tests (``follow_redirects='none'``: model_snapshot, hf_warm) would leave one that does
+    not follow redirects, and later tests' ``urlopen`` would get the 302s."""
+    yield
+    urllib.request.install_opener(None)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,8 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+
 
 def _text(read):
     """The text of one looped ``slurp`` result, or None when the file was not there."""
@@ -67,16 +69,10 @@ def engine_service_seconds_problem(value, variable, least=0):
 
 
 def engine_service_tensor_parallel(model):
-    """The tensor-parallel size a model's ``args`` ask vLLM for (``--tensor-parallel-size N``,
-    ``--tensor-parallel-size=N``, ``-tp N``), 1 when they do not; 0 for a value that is not a number."""
-    args = [str(a) for a in (model.get("args") or [])] if isinstance(model, dict) else []
-    size = "1"
-    for index, arg in enumerate(args):
-        if arg in ("--tensor-parallel-size", "-tp") and index + 1 < len(args):
-            size = args[index + 1]
-        elif arg.startswith("--tensor-parallel-size="):
-            size = arg.split("=", 1)[1]
-    return int(size) if size.strip().isdigit() else 0
+    """The tensor-parallel size a model runs with: what its ``args`` ask vLLM for (``--tensor-parallel-size N``,
+    ``--tensor-parallel-size=N``, ``-tp N``); when they do not, the number of its ``gpus`` (divided by its pipeline
+    and data parallel sizes), which the role then passes; else 1. 0 for a value that is not a whole number."""
+    return _placement.parallel_sizes(model if isinstance(model, dict) else {})["tensor"]
 
 
 class FilterModule:

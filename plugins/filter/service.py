@@ -24,6 +24,8 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+
 # A unit instance name: systemd accepts more, but these names also make directory names.
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -44,6 +46,10 @@ _PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 
 # The options the role sets itself on the command line: a model's args must not repeat them.
 OWNED_ARGS = ("--host", "--port", "--served-model-name", "--shutdown-timeout")
+# vLLM's flag that turns uvicorn's access log off (vllm PR #14754, 0.8: every version the role installs).
+# Request logging, with the prompts, is off by default from 0.11 on (vllm PR #21739: only --enable-log-requests
+# turns it on); the old --disable-log-requests was removed in 0.12 (vllm PR #29402), so the role passes neither.
+ACCESS_LOG_OFF = "--disable-uvicorn-access-log"
 # Options that would put a secret in the world-readable unit and in argv, and what to use instead.
 SECRET_ARGS = {"--api-key": "api_key (of the model) or engine_service_api_key",
                "--hf-token": "engine_service_hf_token"}
@@ -58,7 +64,7 @@ UNIT_PREFIX = "llmfleet-vllm-"
 STOP_MARGIN_S = 30
 MIN_LIMIT_NOFILE = 1024
 SECRETS_DIR = "/etc/llmfleet/engine_service"
-MODEL_KEYS = ("name", "model", "port", "args", "environment", "api_key", "revision")
+MODEL_KEYS = ("name", "model", "port", "args", "environment", "api_key", "revision", "gpus", "internal_port")
 # A model id on the hub (org/name), as engine_service_models[].model names it when it is pinned.
 _REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 # A revision: a branch, a tag or a commit (git's ref names, without what a ref may not hold).
@@ -202,14 +208,15 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
     where = "variable engine_service_models"
     out = []
     if not isinstance(models, list):
-        out.append("%s is %s, allowed: a list of models, each {name, model, port[, args, environment, api_key, revision]}"
+        out.append("%s is %s, allowed: a list of models, each {name, model, port[, args, environment, api_key, revision, gpus, internal_port]}"
                    % (where, _json(models)))
         models = []
     names, ports = {}, {}
     for index, entry in enumerate(models):
         item = "%s[%d]" % (where, index)
         if not isinstance(entry, dict):
-            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment, api_key, revision]}"
+            out.append("%s is %s, allowed: a mapping {name, model, port[, args, environment, api_key, revision, gpus,"
+                       " internal_port]}"
                        % (item, _json(entry)))
             continue
         unknown = sorted(str(k) for k in set(entry) - set(MODEL_KEYS))
@@ -269,6 +276,7 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
                            " engine_service_api_key)" % item)
             if problem:
                 out.append(problem)
+    out.extend(_placement_problems(models, environment))
     out.extend(_role_problems(environment, secret_environment, api_key, hf_token, root, user, host,
                               shutdown_timeout, ready_timeout, limit_nofile, secrets_dir))
     if isinstance(secret_environment, dict):
@@ -280,6 +288,38 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
             if both:
                 out.append("variable engine_service_secret_environment sets %s, which %s sets too: set it in one"
                            " of them" % (", ".join(str(k) for k in both), variable))
+    return out
+
+
+def _placement_problems(models, environment):
+    """Problems of where the models run, checked without the node: each model's gpus, a model without gpus beside
+    models with, CUDA_VISIBLE_DEVICES set beside gpus, VLLM_PORT set by hand (the role gives each unit its own),
+    and the internal port ranges (plugins/module_utils/_placement.py)."""
+    out = []
+    placed = False
+    for index, entry in enumerate(models):
+        if not isinstance(entry, dict):
+            continue
+        item = "variable engine_service_models[%d]" % index
+        env = entry.get("environment") if isinstance(entry.get("environment"), dict) else {}
+        if "gpus" in entry:
+            placed = True
+            out.extend(_placement.gpus_problems(entry["gpus"], item))
+            if "CUDA_VISIBLE_DEVICES" in env:
+                out.append("%s.environment sets CUDA_VISIBLE_DEVICES, which the role sets from its gpus (by UUID):"
+                           " leave it out" % item)
+        if "VLLM_PORT" in env:
+            out.append("%s.environment sets VLLM_PORT, which the role sets for each unit (internal ports of its own):"
+                       " use its internal_port" % item)
+    if isinstance(environment, dict):
+        if "VLLM_PORT" in environment:
+            out.append("variable engine_service_environment sets VLLM_PORT, which the role sets for each unit (internal"
+                       " ports of its own; one value for every unit would make them clash): use internal_port of a model")
+        if placed and "CUDA_VISIBLE_DEVICES" in environment:
+            out.append("variable engine_service_environment sets CUDA_VISIBLE_DEVICES, which the role sets for each unit"
+                       " from its gpus: leave it out")
+    out.extend(_placement.mix_problems(models))
+    out.extend(_placement.internal_port_problems(models))
     return out
 
 
@@ -445,9 +485,10 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
 
 def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None,
                          user="llmfleet-vllm", ready_timeout=900, limit_nofile=65536, secrets_dir=SECRETS_DIR,
-                         api_key="", locks=None):
+                         api_key="", locks=None, access_log=False, gpus=None):
     """The unit of each served model: ``[{name, unit, port, model, url, argv, exec_start, environment, cache_dirs,
-    working_directory, writable_dirs, environment_file, api_key_from, text}]``.
+    working_directory, writable_dirs, environment_file, api_key_from, revision, commit, gpus, vllm_port,
+    tensor_parallel_size, text}]``.
 
     ``env_name`` is the environment the unit starts (``<version>-<build>``, where ``current``
     points then): vLLM's, Triton's and FlashInfer's compiled caches are kept per environment, so
@@ -458,6 +499,14 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     (``hf_revision``'s ``lock``, or at least ``{commit}``). A pinned model's unit serves offline
     (``HF_HUB_OFFLINE=1``) from the snapshot that ``model_snapshot`` staged under ``<root>/models``
     (``HF_HUB_CACHE``, read-only to the service), at that commit (``--revision``, ``--tokenizer-revision``).
+
+    ``access_log`` (``engine_service_access_log``) false: ``--disable-uvicorn-access-log`` (a line per request,
+    Prometheus' scrapes and the gate's /health included, would flood the journal), unless the model's args set it.
+
+    ``gpus``: the node's GPUs (``gpu_probe``'s ``gpus``, or its whole result), needed when a model gives ``gpus``:
+    its unit gets ``CUDA_VISIBLE_DEVICES`` with their UUIDs in the order given, and ``--tensor-parallel-size`` the
+    number of its GPUs (divided by its pipeline and data parallel sizes) unless its args set it. Every unit gets a
+    ``VLLM_PORT`` of its own (``internal_port``, else one derived from its port: plugins/module_utils/_placement.py).
     """
     _fail("engine_service_units", engine_service_problems(
         models, environment=environment or {}, api_key=None if isinstance(api_key, bool) else api_key,
@@ -471,8 +520,13 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     secrets_dir = secrets_dir.rstrip("/")
     shutdown_timeout, ready_timeout, limit_nofile = int(shutdown_timeout), int(ready_timeout), int(limit_nofile)
     common = dict(environment or {})
+    try:
+        node_gpus = _placement.node_gpus(gpus)
+    except ValueError as exc:
+        raise AnsibleFilterError("engine_service_units: %s" % exc)
+    internal = _placement.internal_ports(models)
     out = []
-    for entry in models:
+    for index, entry in enumerate(models):
         port = _port(entry["port"])
         cache = "%s/cache" % root
         env = {
@@ -497,12 +551,28 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
                                          % (_json(entry["model"]), _json(entry["revision"]), _json(entry["name"])))
             env["HF_HUB_CACHE"] = "%s/models" % root
             env["HF_HUB_OFFLINE"] = "1"
+        env["VLLM_PORT"] = internal[index]
+        sizes = _placement.parallel_sizes(entry)
+        visible = None
+        if "gpus" in entry:
+            if node_gpus is None:
+                raise AnsibleFilterError("engine_service_units: the model %s gives gpus: the node's GPUs (gpu_probe's"
+                                         " gpus, the parameter gpus) are needed to render its unit" % _json(entry["name"]))
+            try:
+                visible = _placement.visible_devices(entry["gpus"], node_gpus)
+            except ValueError as exc:
+                raise AnsibleFilterError("engine_service_units: the model %s: %s" % (_json(entry["name"]), exc))
+            env["CUDA_VISIBLE_DEVICES"] = visible
         env = {key: str(value) for key, value in env.items()}
         argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"], "--host", host,
                 "--port", str(port), "--served-model-name", entry["name"],
                 "--shutdown-timeout", str(shutdown_timeout)]
         if commit:
             argv += ["--revision", commit, "--tokenizer-revision", commit]
+        if not access_log and not any(_arg_sets(a, (ACCESS_LOG_OFF,)) for a in entry.get("args") or []):
+            argv.append(ACCESS_LOG_OFF)
+        if visible is not None and not sizes["tensor_given"]:
+            argv += ["--tensor-parallel-size", str(sizes["tensor"])]
         argv += [str(a) for a in entry.get("args") or []]
         connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         unit_name = "%s%s.service" % (UNIT_PREFIX, entry["name"])
@@ -525,6 +595,9 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
             "api_key_from": "model" if entry.get("api_key") else "global" if api_key else "none",
             "revision": entry.get("revision"),
             "commit": commit,
+            "gpus": visible.split(",") if visible is not None else None,
+            "vllm_port": internal[index],
+            "tensor_parallel_size": sizes["tensor"],
         }
         unit["text"] = _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_name)
         out.append(unit)

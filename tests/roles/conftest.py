@@ -276,14 +276,16 @@ class Node:
         return {"engine_node_result": result, "__engine_node_dir": str(engines.engines_dir(self.root)),
                 "__engine_node_was": current or "", "__engine_node_on_disk": engines.on_disk(self.root)}
 
-    def play(self, models=None, extra_vars=None, check=False, pending=None, current=None, timeout=300) -> Run:
+    def play(self, models=None, extra_vars=None, check=False, pending=None, current=None, timeout=300,
+             playbook=None) -> Run:
         """Run the engine_service role on this node; see Run.
 
         ``models``: engine_service_models (default ``self.models``). ``extra_vars``: more variables
         (-e; its engine_service_environment is added to ``self.environment``). ``check``: --check.
         ``pending``/``current``: environment names as engine_node would leave them in
         engine_node_result (``pending`` a proven environment to roll out); neither: no
-        engine_node_result, the role reads the ``current`` link itself."""
+        engine_node_result, the role reads the ``current`` link itself. ``playbook``: run this playbook
+        (e.g. the collection's playbooks/report.yml) against the node instead of the role."""
         self.runs += 1
         folder = self.tmp / ("run-%02d" % self.runs)
         folder.mkdir(parents=True)
@@ -308,7 +310,9 @@ class Node:
         if pending or current:
             play["pre_tasks"] = [{"name": "Leave what engine_node would leave",
                                   "ansible.builtin.set_fact": self._engine_node_facts(check, pending, current)}]
-        (folder / "site.yml").write_text(json.dumps([play], indent=1))
+        site = pathlib.Path(playbook) if playbook else folder / "site.yml"
+        if not playbook:
+            site.write_text(json.dumps([play], indent=1))
         (folder / "extra.json").write_text(json.dumps(extra))
         record_path = folder / "record.json"
         calls_before = len(self.calls())
@@ -330,7 +334,7 @@ class Node:
             "ANSIBLE_DEPRECATION_WARNINGS": "0",
             "LLMFLEET_ROLE_RECORD": str(record_path),
         })
-        cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(folder / "inventory.json"), str(folder / "site.yml"),
+        cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(folder / "inventory.json"), str(site),
                "-e", "@%s" % (folder / "extra.json")] + (["--check"] if check else [])
         proc = subprocess.run(cmd, env=env, cwd=str(folder), capture_output=True, text=True, timeout=timeout,
                               check=False)

@@ -142,9 +142,12 @@ def test_tensor_parallelism_on_a_small_dev_shm_is_refused_before_anything_stops(
         assert any(line.split()[1] == "/dev/shm" for line in mounts), "this machine has no /dev/shm"
     small = node.play(models=[parallel], extra_vars={"engine_service_shm_min_mib": 10 ** 9})
     assert small.rc != 0 and small.failures == {"node": 1}, small.explain()
-    assert "MiB and a model uses tensor parallelism (of size 2), allowed: at least engine_service_shm_min_mib" \
+    assert "runs on 2 GPUs at once (tensor parallelism), allowed: at least engine_service_shm_min_mib" \
         in small.output, small.explain()
     assert small.verbs("stop", "start", "restart") == [] and not (node.unit_dir / node.unit(parallel)).exists()
-    # the same model with enough /dev/shm passes the preflight and serves
-    enough = node.play(models=[parallel], extra_vars={"engine_service_shm_min_mib": 1})
+    # the same model with enough /dev/shm passes the preflight and serves (on a node with two GPUs: the fake
+    # `vllm serve`, like vLLM, does not start on fewer GPUs than its tensor-parallel size)
+    two_gpus = {"FAKE_TORCH_GPUS": "NVIDIA H100 80GB HBM3=9.0;NVIDIA H100 80GB HBM3=9.0"}
+    enough = node.play(models=[parallel], extra_vars={"engine_service_shm_min_mib": 1,
+                                                      "engine_service_environment": two_gpus})
     assert enough.rc == 0, enough.explain()

@@ -228,7 +228,7 @@ def test_endpoints_and_their_json(serve):
     assert status == 400 and bad["error"]["type"] == "BadRequestError" and bad["error"]["code"] == 400
     assert call_json(port, "POST", "/v1/completions", {"model": "fleet-model"})[0] == 400  # no prompt
     assert call_json(port, "GET", "/v1/nothing-here") == (404, {"detail": "Not Found"})
-    assert call_json(port, "GET", "/metrics") == (404, {"detail": "Not Found"})
+    assert call_json(port, "POST", "/metrics") == (405, {"detail": "Method Not Allowed"})
     assert call_json(port, "POST", "/health") == (405, {"detail": "Method Not Allowed"})
 
     out = vllm.stdout()
@@ -236,6 +236,57 @@ def test_endpoints_and_their_json(serve):
     assert "Loading model %s" % MODEL in out
     assert "Starting vLLM API server on http://127.0.0.1:%d" % port in out
     assert out.index("Loading model") < out.index("Starting vLLM API server")
+
+
+def metrics(port):
+    """{(name, frozenset of label pairs): value} of GET /metrics, parsed as Prometheus' text format."""
+    status, head, body = call(port, "GET", "/metrics")
+    assert status == 200 and head["Content-Type"].startswith("text/plain; version=0.0.4"), (status, head)
+    out, types = {}, {}
+    for line in body.decode().splitlines():
+        if line.startswith("# TYPE "):
+            _hash, _type, name, kind = line.split()
+            types[name] = kind
+            continue
+        match = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+)', line)
+        assert match or line.startswith("# HELP "), line
+        if match:
+            labels = frozenset(re.findall(r'([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"', match.group(2)))
+            out[(match.group(1), labels)] = float(match.group(3))
+    return out, types
+
+
+def test_metrics_in_prometheus_text_and_the_logs(serve):
+    """/metrics: the three metrics the README's alert rules use, per served model name, no key needed;
+    --disable-uvicorn-access-log silences the access log; a prompt is logged only with --enable-log-requests."""
+    port = free_port()
+    vllm = serve(*listen_args(port), "--served-model-name", "fleet-model", "--api-key", "k",
+                 "--disable-uvicorn-access-log", FAKE_VLLM_COMPLETION_SECONDS="0.03")
+    vllm.wait_ready(port)
+    values, types = metrics(port)
+    name = frozenset({("model_name", "fleet-model"), ("engine", "0")})
+    assert types == {"vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+                     "vllm:kv_cache_usage_perc": "gauge", "vllm:time_to_first_token_seconds": "histogram"}
+    assert values[("vllm:num_requests_waiting", name)] == 0.0
+    assert values[("vllm:kv_cache_usage_perc", name)] == 0.0
+    assert values[("vllm:time_to_first_token_seconds_count", name)] == 0.0
+    assert complete(port, "fleet-model", headers={"Authorization": "Bearer k"})[0] == 200
+    values, _types = metrics(port)
+    assert values[("vllm:time_to_first_token_seconds_count", name)] == 1.0
+    assert 0.03 <= values[("vllm:time_to_first_token_seconds_sum", name)] < 5
+    assert values[("vllm:time_to_first_token_seconds_bucket", name | {("le", "0.01")})] == 0.0
+    assert values[("vllm:time_to_first_token_seconds_bucket", name | {("le", "+Inf")})] == 1.0
+    out = vllm.stdout()
+    assert "/metrics" not in out and "/health" not in out and "POST /v1/completions" not in out, out
+    assert "Hello, my name is" not in out + vllm.stderr(), "the prompt was logged"
+
+    port = free_port()
+    vllm = serve(*listen_args(port), "--enable-log-requests")
+    vllm.wait_ready(port)
+    assert complete(port)[0] == 200
+    out = vllm.stdout()
+    assert '"GET /health HTTP/1.1" 200' in out and '"POST /v1/completions HTTP/1.1" 200' in out, out
+    assert re.search(r"Received request cmpl-[0-9a-f]+: prompt: 'Hello, my name is'", out), out
 
 
 def test_defaults_with_a_local_model_directory(serve, tmp_path):
@@ -533,3 +584,43 @@ def test_a_pinned_model_without_its_offline_snapshot_exits_1(serve, tmp_path, ca
             "missing-blob": "model.safetensors is not a readable file",
             "unknown-ref": "refs/v2"}[case] in err, err
     assert "Starting vLLM API server" not in vllm.stdout()
+
+
+TWO_GPUS = "NVIDIA H100 80GB HBM3=9.0;NVIDIA H100 80GB HBM3=9.0"
+UUIDS = "GPU-c08d4a59-3266-5347-b415-2dac4612db49,GPU-69c4e900-95c5-5f1c-a9d8-322d16e306f0"
+
+
+def test_placement_is_logged_at_start(serve):
+    """What a unit's journal shows of the GPUs (by UUID), internal port and tensor parallelism it got."""
+    port = free_port()
+    vllm = serve(*listen_args(port), "--tensor-parallel-size", "2", CUDA_VISIBLE_DEVICES=UUIDS, VLLM_PORT="20100",
+                 FAKE_TORCH_GPUS=TWO_GPUS)
+    vllm.wait_ready(port)
+    assert ("Placement: CUDA_VISIBLE_DEVICES=%s VLLM_PORT=20100 tensor_parallel_size=2 pipeline_parallel_size=1"
+            " data_parallel_size=1" % UUIDS) in vllm.stdout()
+    other = free_port()
+    plain = serve(*listen_args(other))
+    plain.wait_ready(other)
+    assert "Placement: CUDA_VISIBLE_DEVICES=- VLLM_PORT=- tensor_parallel_size=1" in plain.stdout()
+
+
+@pytest.mark.parametrize("args, env, world, visible", [
+    (["--tensor-parallel-size", "2"], {}, 2, 1),  # the fake torch's one GPU
+    (["-tp", "2"], {"CUDA_VISIBLE_DEVICES": UUIDS.split(",")[0], "FAKE_TORCH_GPUS": TWO_GPUS}, 2, 1),
+    (["-tp", "1", "-pp", "2"], {"CUDA_VISIBLE_DEVICES": "0,-1,1", "FAKE_TORCH_GPUS": TWO_GPUS}, 2, 1),
+    (["--tensor-parallel-size", "2", "--data-parallel-size", "2"], {"FAKE_TORCH_GPUS": TWO_GPUS}, 4, 2),
+    (["--tensor-parallel-size", "1"], {"CUDA_VISIBLE_DEVICES": ""}, 1, 0),
+], ids=["default-one-gpu", "one-listed", "cuda-stops-at-minus-one", "data-parallel", "none-visible"])
+def test_more_gpus_than_it_sees_exits_1_before_binding(serve, args, env, world, visible):
+    port = free_port()
+    vllm = serve(*listen_args(port), *args, **env)
+    assert vllm.wait() == 1
+    assert ("World size (%d = tensor_parallel_size" % world) in vllm.stderr()
+    assert "than the number of available GPUs (%d)" % visible in vllm.stderr()
+    assert "Loading model" not in vllm.stdout() and refused(port)
+
+
+def test_as_many_gpus_as_it_sees_serves(serve):
+    port = free_port()
+    vllm = serve(*listen_args(port), "-tp", "2", CUDA_VISIBLE_DEVICES=UUIDS + ",GPU-extra", FAKE_TORCH_GPUS=TWO_GPUS)
+    vllm.wait_ready(port)

@@ -51,7 +51,17 @@ def test_seconds_problem(value, least, ok):
 
 @pytest.mark.parametrize("args, size", [
     (None, 1), ([], 1), (["--tensor-parallel-size", "4"], 4), (["--tensor-parallel-size=2"], 2), (["-tp", 8], 8),
-    (["--max-model-len", "4096"], 1), (["--tensor-parallel-size", "two"], 0), (["--tensor-parallel-size"], 1),
+    (["--max-model-len", "4096"], 1), (["--tensor-parallel-size", "two"], 0), (["--tensor-parallel-size"], 0),
+    (["--tensor_parallel_size", "2"], 2), (["-tp=3"], 3),
 ])
 def test_tensor_parallel_size(args, size):
     assert rollout.engine_service_tensor_parallel({"name": "m", "args": args}) == size
+
+
+@pytest.mark.parametrize("gpus, args, size", [
+    ([0, 1], [], 2), ([0, 1, 2, 3], ["--pipeline-parallel-size", "2"], 2), ([0, 1, 2, 3], ["-pp", "2", "-dp", "2"], 1),
+    ([0, 1, 2], ["-pp", "2"], 3), ([0, 1], ["-tp", "1"], 1),
+])
+def test_tensor_parallel_size_of_a_model_with_gpus(gpus, args, size):
+    """Without --tensor-parallel-size in its args, a model on gpus runs on all of them (the role passes the size)."""
+    assert rollout.engine_service_tensor_parallel({"name": "m", "gpus": gpus, "args": args}) == size

@@ -77,7 +77,7 @@ def test_problems_none(models):
 
 @pytest.mark.parametrize("models, expected", [
     ("qwen", ['variable engine_service_models is "qwen", allowed: a list of models, each {name, model, port[, args,'
-              ' environment, api_key, revision]}']),
+              ' environment, api_key, revision, gpus, internal_port]}']),
     ([{"name": "qwen", "model": "m", "port": "http"}],
      ['variable engine_service_models[0].port is "http", allowed: a whole number from 1024 to 65535']),
     ([{"name": "qwen", "model": "m", "port": 0}],
@@ -85,7 +85,7 @@ def test_problems_none(models):
     ([{"name": "qwen", "model": "m", "port": True}],
      ["variable engine_service_models[0].port is true, allowed: a whole number from 1024 to 65535"]),
     ([{"name": "Qwen 8B", "model": "", "port": 8000, "mdoel": "x"}],
-     ["variable engine_service_models[0] has mdoel, allowed keys: name, model, port, args, environment, api_key, revision",
+     ["variable engine_service_models[0] has mdoel, allowed keys: name, model, port, args, environment, api_key, revision, gpus, internal_port",
       'variable engine_service_models[0].name is "Qwen 8B", allowed: 1-48 of a-z, 0-9 and -, starting with a letter'
       " or digit (it names the unit llmfleet-vllm-<name>.service)",
       'variable engine_service_models[0].model is "", allowed: a model name (org/model) or an absolute path on the node']),
@@ -116,7 +116,7 @@ def test_problems_none(models):
       'variable engine_service_models[0].environment.HOME is "/srv/../etc", allowed: %s (the service writes there:'
       " ReadWritePaths=)" % PATHS]),
     (["qwen"], ['variable engine_service_models[0] is "qwen", allowed: a mapping {name, model, port[, args,'
-                ' environment, api_key, revision]}']),
+                ' environment, api_key, revision, gpus, internal_port]}']),
 ])
 def test_problems(models, expected):
     assert F["engine_service_problems"](models) == expected
@@ -335,16 +335,18 @@ def test_units():
         "model": "Qwen/Qwen3-8B",
         "url": "http://127.0.0.1:8000",
         "argv": ["/opt/llmfleet/engines/vllm/current/bin/vllm", "serve", "Qwen/Qwen3-8B", "--host", "0.0.0.0", "--port",
-                 "8000", "--served-model-name", "qwen", "--shutdown-timeout", "45", "--max-model-len", "8192",
-                 "--chat-template", "a b%"],
+                 "8000", "--served-model-name", "qwen", "--shutdown-timeout", "45", "--disable-uvicorn-access-log",
+                 "--max-model-len", "8192", "--chat-template", "a b%"],
         "exec_start": "/opt/llmfleet/engines/vllm/current/bin/vllm serve Qwen/Qwen3-8B --host 0.0.0.0 --port 8000"
-                      " --served-model-name qwen --shutdown-timeout 45 --max-model-len 8192 --chat-template \"a b%%\"",
+                      " --served-model-name qwen --shutdown-timeout 45 --disable-uvicorn-access-log --max-model-len 8192"
+                      " --chat-template \"a b%%\"",
         "environment": ['"CUDA_VISIBLE_DEVICES=1"',
                         '"FLASHINFER_WORKSPACE_BASE=/opt/llmfleet/cache/flashinfer/0.20.0-cu13"',
                         '"HF_HOME=/opt/llmfleet/cache/huggingface"',
                         '"HOME=/opt/llmfleet/serve"',
                         '"TRITON_CACHE_DIR=/opt/llmfleet/cache/triton/0.20.0-cu13"',
                         '"VLLM_CACHE_ROOT=/opt/llmfleet/cache/vllm/0.20.0-cu13"',
+                        '"VLLM_PORT=20000"',
                         '"X=y \\"q\\""',
                         '"XDG_CACHE_HOME=/opt/llmfleet/cache/xdg/0.20.0-cu13"'],
         "cache_dirs": ["/opt/llmfleet/cache/flashinfer/0.20.0-cu13", "/opt/llmfleet/cache/huggingface",
@@ -358,6 +360,9 @@ def test_units():
         "api_key_from": "none",
         "revision": None,
         "commit": None,
+        "gpus": None,
+        "vllm_port": 20000,
+        "tensor_parallel_size": 1,
     }
     assert directives(text) == [
         ("Type", "exec"),

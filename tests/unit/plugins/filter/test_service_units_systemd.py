@@ -187,7 +187,7 @@ def test_systemd_reads_back_the_values_given(rendered):
         (command,) = settings["Command Line"]
         argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", model["model"], "--host", host,
                 "--port", str(int(model["port"])), "--served-model-name", model["name"],
-                "--shutdown-timeout", str(shutdown)] + [str(a) for a in model.get("args", [])]
+                "--shutdown-timeout", str(shutdown), "--disable-uvicorn-access-log"] + [str(a) for a in model.get("args", [])]
         assert [expanded(w) for w in dump_words(command)] == argv == unit["argv"]
         # environment: every variable as given, the role's own where not overridden
         environment = dict(kwargs.get("environment", {}), **model.get("environment", {}))
@@ -195,7 +195,8 @@ def test_systemd_reads_back_the_values_given(rendered):
                            "VLLM_CACHE_ROOT": "%s/cache/vllm/%s" % (root, env_name),
                            "TRITON_CACHE_DIR": "%s/cache/triton/%s" % (root, env_name),
                            "FLASHINFER_WORKSPACE_BASE": "%s/cache/flashinfer/%s" % (root, env_name),
-                           "XDG_CACHE_HOME": "%s/cache/xdg/%s" % (root, env_name)}.items():
+                           "XDG_CACHE_HOME": "%s/cache/xdg/%s" % (root, env_name),
+                           "VLLM_PORT": unit["vllm_port"]}.items():
             environment.setdefault(key, value)
         assert dict(line.split("=", 1) for line in settings["Environment"]) == {
             k: str(v) for k, v in environment.items()}

@@ -4,7 +4,7 @@ It speaks the part of the real server's API that a readiness gate and a systemd 
 
     vllm serve MODEL [--host H] [--port P] [--served-model-name NAME] [--shutdown-timeout S]
                      [--max-model-len N] [--gpu-memory-utilization F] [--tensor-parallel-size N]
-                     [--dtype D] [--api-key K]
+                     [--dtype D] [--api-key K] [--[no-]disable-uvicorn-access-log] [--[no-]enable-log-requests]
 
 Defaults: host ``0.0.0.0``, port 8000, served name MODEL, shutdown timeout 0 s, max model len 4096.
 An unknown option exits 2 with argparse's "unrecognized arguments" error (like real vLLM). A MODEL
@@ -15,7 +15,13 @@ FAKE_VLLM_LOAD_SECONDS, and only then binds the port (like real vLLM, which list
 up) and logs ``Starting vLLM API server on http://H:P``. A port already in use exits 1.
 
 Endpoints: ``GET /health`` (200, empty body), ``GET /version``, ``GET /v1/models``,
-``POST /v1/completions`` (answers after FAKE_VLLM_COMPLETION_SECONDS with ``max_tokens`` words).
+``POST /v1/completions`` (answers after FAKE_VLLM_COMPLETION_SECONDS with ``max_tokens`` words),
+``GET /metrics`` (Prometheus text: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:kv_cache_usage_perc`` and the histogram ``vllm:time_to_first_token_seconds`` of the completions
+served, each labelled ``model_name`` and ``engine``, as vLLM 0.11+ names them; no API key needed, as in vLLM).
+Logs: uvicorn's access log, a line per request on stdout, unless ``--disable-uvicorn-access-log``; the
+prompt of each completion (``Received request ...: prompt: ...``) only with ``--enable-log-requests``
+(off by default, as in vLLM 0.11+, which no longer has ``--disable-log-requests``).
 With ``--api-key K`` every ``/v1`` path needs ``Authorization: Bearer K`` (else 401
 ``{"error": "Unauthorized"}``); without ``--api-key``, the environment variable ``VLLM_API_KEY``
 (when not empty) is the key, as in real vLLM, so that a service can keep its key out of the
@@ -46,6 +52,12 @@ Environment (read at start-up):
 
 A bad value of one of these variables exits 1 with a message naming it.
 
+Placement: at start it logs ``Placement: CUDA_VISIBLE_DEVICES=... VLLM_PORT=... tensor_parallel_size=N``
+(``-`` for a variable not set), and, like real vLLM, exits 1 before anything is bound when the model needs
+more GPUs (tensor x pipeline x data parallel size) than it can see: the fake torch's GPUs
+(``FAKE_TORCH_GPUS``, one by default), or as many of them as ``CUDA_VISIBLE_DEVICES`` lists (up to its
+first empty or negative entry, as CUDA reads it).
+
 Weights: this fake has no network. A MODEL id with ``--revision``, or any MODEL id under
 ``HF_HUB_OFFLINE=1``, is loaded from the hub's cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``) as the
 real ``huggingface_hub`` finds it offline (``models--org--name/snapshots/<commit>``, ``refs/<revision>``),
@@ -71,6 +83,9 @@ from vllm.version import __version__  # pylint: disable=no-name-in-module
 
 DEFAULT_MAX_MODEL_LEN = 4096
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# vLLM's buckets of vllm:time_to_first_token_seconds
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
 FAIL_MODES = "start, hang, die-after:SECONDS"
 _WORDS = ("the", "fake", "engine", "says", "hello", "to", "a", "readiness", "gate", "again")
 _TICK = 0.02  # how often the main thread looks for a signal
@@ -97,12 +112,18 @@ def _parser():
                         help="seconds in-flight requests get to finish after SIGTERM (default: %(default)s)")
     parser.add_argument("--max-model-len", type=int, default=None, help="model context length")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="fraction of GPU memory to use")
-    parser.add_argument("--tensor-parallel-size", type=int, default=1, help="number of GPUs per model")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, help="number of GPUs per model")
+    parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1, help="number of pipeline stages")
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1, help="number of data parallel replicas")
     parser.add_argument("--dtype", choices=DTYPES, default="auto", help="model weights data type")
     parser.add_argument("--api-key", default=None, help="require this key in 'Authorization: Bearer' on /v1")
     parser.add_argument("--revision", default=None, help="the model's revision on the hub (branch, tag or commit)")
     parser.add_argument("--tokenizer-revision", default=None, help="the tokenizer's revision (default: --revision)")
     parser.add_argument("--code-revision", default=None, help="the revision of the model's code on the hub")
+    parser.add_argument("--disable-uvicorn-access-log", action=argparse.BooleanOptionalAction, default=False,
+                        help="no access log line per request")
+    parser.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False,
+                        help="log each request, with its prompt")
     return parser
 
 
@@ -172,6 +193,11 @@ class App:
         self.api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
         self.completion_seconds = completion_seconds
         self.created = int(time.time())
+        self.access_log = not args.disable_uvicorn_access_log
+        self.log_requests = args.enable_log_requests
+        self._lock = threading.Lock()
+        self.running = 0
+        self.ttft = []  # seconds to the first token of each completion served
 
     def authorized(self, header):
         """Whether a /v1 request with this Authorization header may pass."""
@@ -207,12 +233,24 @@ class App:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             return _error(400, "max_tokens must be an integer of at least 1, got %r." % (max_tokens,),
                           "BadRequestError", "max_tokens")
-        if self.completion_seconds:
-            time.sleep(self.completion_seconds)
+        request_id = "cmpl-" + uuid.uuid4().hex
+        if self.log_requests:
+            _log("INFO", "logger.py:41", "Received request %s: prompt: %r, params: SamplingParams(max_tokens=%d)"
+                 % (request_id, prompt, max_tokens))
+        started = time.monotonic()
+        with self._lock:
+            self.running += 1
+        try:
+            if self.completion_seconds:
+                time.sleep(self.completion_seconds)
+        finally:
+            with self._lock:
+                self.running -= 1
+                self.ttft.append(time.monotonic() - started)
         text = " " + " ".join(_WORDS[i % len(_WORDS)] for i in range(max_tokens))
         prompt_tokens = _count_tokens(prompt)
         return 200, {
-            "id": "cmpl-" + uuid.uuid4().hex,
+            "id": request_id,
             "object": "text_completion",
             "created": int(time.time()),
             "model": model,
@@ -220,6 +258,25 @@ class App:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
                       "total_tokens": prompt_tokens + max_tokens},
         }
+
+    def metrics(self):
+        """GET /metrics: Prometheus' text format, as vLLM's prometheus_client writes it."""
+        labels = 'engine="0",model_name="%s"' % self.served_name.replace("\\", "\\\\").replace('"', '\\"')
+        with self._lock:
+            running, ttft = self.running, list(self.ttft)
+        lines = []
+        for name, kind, text, value in (
+                ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running),
+                ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", 0),
+                ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", min(1.0, 0.01 * running))):
+            lines += ["# HELP %s %s" % (name, text), "# TYPE %s %s" % (name, kind), "%s{%s} %s" % (name, labels, float(value))]
+        name = "vllm:time_to_first_token_seconds"
+        lines += ["# HELP %s Histogram of time to first token in seconds." % name, "# TYPE %s histogram" % name]
+        for bound in TTFT_BUCKETS + (float("inf"),):
+            le = "+Inf" if bound == float("inf") else repr(float(bound))
+            lines.append('%s_bucket{%s,le="%s"} %s' % (name, labels, le, float(sum(1 for t in ttft if t <= bound))))
+        lines += ["%s_count{%s} %s" % (name, labels, float(len(ttft))), "%s_sum{%s} %s" % (name, labels, float(sum(ttft)))]
+        return 200, "\n".join(lines) + "\n"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -246,6 +303,7 @@ class Handler(BaseHTTPRequestHandler):
         routes = {
             "/health": {"GET": lambda: (200, None)},
             "/version": {"GET": app.version},
+            "/metrics": {"GET": app.metrics},
             "/v1/models": {"GET": app.models},
             "/v1/completions": {"POST": lambda: app.completion(self._body())},
         }
@@ -264,11 +322,12 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _send(self, status, payload):
-        data = b"" if payload is None else json.dumps(payload).encode()
+        text = isinstance(payload, str)
+        data = b"" if payload is None else payload.encode() if text else json.dumps(payload).encode()
         try:
             self.send_response(status)
             if payload is not None:
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8" if text else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -276,7 +335,9 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-        """Access log on stdout, like uvicorn's."""
+        """Access log on stdout, like uvicorn's (none with --disable-uvicorn-access-log)."""
+        if not self.server.app.access_log:
+            return
         with _print_lock:
             sys.stdout.write("INFO:     %s:%s - %s\n" % (self.client_address[0], self.client_address[1], format % args))
             sys.stdout.flush()
@@ -449,6 +510,10 @@ def main(argv=None):
         return 1
     _log("INFO", "api_server.py:1839", "vLLM API server version %s" % __version__)
     _log("INFO", "utils.py:326", "args: %s" % {k: v for k, v in sorted(vars(args).items()) if k != "api_key"})
+    problem = _placement(args, os.environ)
+    if problem:
+        sys.stderr.write(problem + "\n")
+        return 1
     if args.model.startswith(("/", ".")) and not os.path.isdir(args.model):
         sys.stderr.write("ValueError: Invalid repository ID or local directory specified: '%s'. The model path %s "
                          "does not exist or is not a directory.\n" % (args.model, args.model))
@@ -461,6 +526,41 @@ def main(argv=None):
         if snapshot:
             _log("INFO", "weight_utils.py:440", "Using model weights from the local snapshot %s" % snapshot)
     return _load_and_serve(args, load_seconds, completion_seconds, failure)
+
+
+def visible_gpus(environ):
+    """How many GPUs this process sees: the fake torch's (FAKE_TORCH_GPUS), or as many of them as
+    CUDA_VISIBLE_DEVICES lists (CUDA stops at its first empty or negative entry)."""
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+        count = torch.cuda.device_count()
+    except (ImportError, RuntimeError):
+        return None
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return count
+    entries = 0
+    for entry in listed.split(","):
+        if not entry.strip() or entry.strip().startswith("-"):
+            break
+        entries += 1
+    return min(entries, count)
+
+
+def _placement(args, environ):
+    """Log what this server was given to run on; the problem (like vLLM's) when it cannot, else None."""
+    _log("INFO", "parallel_state.py:1208", "Placement: CUDA_VISIBLE_DEVICES=%s VLLM_PORT=%s tensor_parallel_size=%d"
+         " pipeline_parallel_size=%d data_parallel_size=%d"
+         % (environ.get("CUDA_VISIBLE_DEVICES", "-"), environ.get("VLLM_PORT", "-"), args.tensor_parallel_size,
+            args.pipeline_parallel_size, args.data_parallel_size))
+    world = args.tensor_parallel_size * args.pipeline_parallel_size * args.data_parallel_size
+    visible = visible_gpus(environ)
+    if visible is not None and world > visible:
+        return ("ValueError: World size (%d = tensor_parallel_size %d x pipeline_parallel_size %d x data_parallel_size"
+                " %d) is larger than the number of available GPUs (%d): please set tensor_parallel_size to less than"
+                " max local gpu count" % (world, args.tensor_parallel_size, args.pipeline_parallel_size,
+                                          args.data_parallel_size, visible))
+    return None
 
 
 _OFFLINE_HINT = ("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder for"

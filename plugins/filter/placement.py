@@ -1,0 +1,47 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine_service role's placement of models on a node's GPUs, as filters: whether the models fit the GPUs
+``gpu_probe`` reports (the preflight, before anything stops), and how many GPUs a model runs on at once.
+
+The policy lives in ``plugins/module_utils/_placement.py``, which ``engine_service_units`` (service.py) renders
+the units from, so that the preflight and the units read the same values. Unit tests:
+``tests/unit/plugins/filter/test_placement_filter.py``. Documentation: one ``<filter>.yml`` per filter beside
+this file.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+
+
+def engine_service_placement_problems(models, gpus=None, locks=None, shm_mib=None, shm_min_mib=1024,
+                                      limit_nofile=None):
+    """What keeps a host's ``engine_service_models`` from running on its GPUs, one text per problem; empty when
+    nothing does. See ``engine_service_placement_problems.yml``."""
+    if not isinstance(models, list):
+        raise AnsibleFilterError("engine_service_placement_problems: the input must be engine_service_models (a list),"
+                                 " not %s" % type(models).__name__)
+    try:
+        return _placement.placement_problems(models, gpus, locks=locks, shm_mib=shm_mib, shm_min_mib=shm_min_mib,
+                                             limit_nofile=limit_nofile)
+    except ValueError as exc:
+        raise AnsibleFilterError("engine_service_placement_problems: %s" % exc)
+
+
+def engine_service_world_size(model):
+    """How many GPUs a model (an entry of ``engine_service_models``) runs on at once: tensor x pipeline x data
+    parallel size, the tensor-parallel size as the role passes it; 0 when a size is not a whole number."""
+    return _placement.world_size(model if isinstance(model, dict) else {})
+
+
+class FilterModule:
+    """llmfleet.engines filters for the engine_service role's placement."""
+
+    def filters(self):
+        return {
+            "engine_service_placement_problems": engine_service_placement_problems,
+            "engine_service_world_size": engine_service_world_size,
+        }

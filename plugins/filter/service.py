@@ -333,8 +333,8 @@ def _revision_problems(entry, item):
         out.append("%s.revision is %s, allowed: a branch, a tag or a 40-hex commit of the model's repository"
                    " (letters, digits, '.', '_', '/', '+', '-')" % (item, _json(revision)))
     model = entry.get("model")
-    if isinstance(model, str) and not _control(model) and not (_REPO_RE.fullmatch(model) and "--" not in model
-                                                                  and ".." not in model):
+    hub_id = isinstance(model, str) and _REPO_RE.fullmatch(model) and "--" not in model and ".." not in model
+    if isinstance(model, str) and not _control(model) and not hub_id:
         out.append("%s.model is %s with a revision, allowed: a model id on the hub (org/name); a model path on"
                    " the node has no revision (leave revision out)" % (item, _json(model)))
     args = entry.get("args", [])

@@ -6,7 +6,6 @@ GPU the node lacks and a pinned model too large for its GPU are refused before a
 
 from __future__ import annotations
 
-import pathlib
 import re
 import shutil
 

@@ -606,7 +606,7 @@ def test_placement_is_logged_at_start(serve):
 
 @pytest.mark.parametrize("args, env, world, visible", [
     (["--tensor-parallel-size", "2"], {}, 2, 1),  # the fake torch's one GPU
-    (["-tp", "2"], {"CUDA_VISIBLE_DEVICES": UUIDS.split(",")[0], "FAKE_TORCH_GPUS": TWO_GPUS}, 2, 1),
+    (["-tp", "2"], {"CUDA_VISIBLE_DEVICES": UUIDS.split(",", maxsplit=1)[0], "FAKE_TORCH_GPUS": TWO_GPUS}, 2, 1),
     (["-tp", "1", "-pp", "2"], {"CUDA_VISIBLE_DEVICES": "0,-1,1", "FAKE_TORCH_GPUS": TWO_GPUS}, 2, 1),
     (["--tensor-parallel-size", "2", "--data-parallel-size", "2"], {"FAKE_TORCH_GPUS": TWO_GPUS}, 4, 2),
     (["--tensor-parallel-size", "1"], {"CUDA_VISIBLE_DEVICES": ""}, 1, 0),

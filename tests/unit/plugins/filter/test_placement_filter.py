@@ -202,8 +202,11 @@ def test_units_of_models_on_gpus_need_the_node_and_its_gpus():
 # --- engine_service_placement_problems: the preflight ----------------------------------------------
 
 
-def problems(models, gpus=NODE, **kw):
-    return P["engine_service_placement_problems"](models, gpus, **kw)
+_NODE = object()  # the default: the captured node's GPUs (None is a value the tests give)
+
+
+def problems(models, gpus=_NODE, **kw):
+    return P["engine_service_placement_problems"](models, NODE if gpus is _NODE else gpus, **kw)
 
 
 def test_models_that_fit_have_no_problem():

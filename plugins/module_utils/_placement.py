@@ -12,7 +12,7 @@ are their callers, so the unit a model gets and the preflight that checks it rea
 Internal ports. vLLM takes the ports of its own processes (the distributed init of its workers, the
 data-parallel coordinator, message queues between hosts) from ``VLLM_PORT`` upwards, one more each
 time a port is busy; without ``VLLM_PORT`` it asks the kernel for any free port, and two instances
-starting at once can pick the same one (vllm #7196, #43206). Each unit gets a range of
+starting at once can pick the same one (vllm-project/vllm#14919, #43206). Each unit gets a range of
 :data:`INTERNAL_PORT_SPAN` ports of its own, in ``20000-29999`` (below Linux's ephemeral ports,
 32768 up): slot ``port % 100`` of its API port (port 8000 -> 20000, 8001 -> 20100, 8080 -> 28000),
 so that it depends on nothing but the model's own port; two models whose ports share a slot (8000

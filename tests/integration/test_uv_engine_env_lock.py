@@ -62,8 +62,20 @@ def test_a_tampered_lock_is_refused_by_its_hashes(upstream, tmp_path):
     result, _out = run_module(tmp_path, module_args(first, index_url=index))
     assert result.get("failed") is not True, result.get("msg")
     lock_text = (first / "llmfleet-requirements.txt").read_text()
-    vllm_hash = [line for line in lock_text.splitlines() if "--hash=sha256:" in line][-1].split("sha256:")[1][:64]
-    tampered = lock_text.replace(vllm_hash, "0" * 64)
+    # every hash of vllm's files (one per file the index has: which one uv picks is not this test's to
+    # guess; the hashes are sorted, so the last line is not always the file it installs)
+    lines = lock_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("vllm=="))
+    block = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" "):
+            break
+        block.append(line)
+    vllm_hashes = [part[:64] for part in " ".join(block).split("--hash=sha256:")[1:]]
+    assert vllm_hashes, lock_text
+    tampered = lock_text
+    for digest in vllm_hashes:
+        tampered = tampered.replace(digest, "0" * 64)
     second = tmp_path / "node-b" / "vllm" / "0.11.0"
     args = module_args(second, index_url=index, lock=tampered)
     del args["exclude_newer"]

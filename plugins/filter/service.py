@@ -19,7 +19,6 @@ Documentation: one ``<filter>.yml`` per filter beside this file.
 
 from __future__ import annotations
 
-import json
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -97,29 +96,14 @@ LEFT_OUT = (
 )
 
 
-def _json(value):
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
+# One copy of these helpers, shared with the placement rules.
+_json = _placement.json_text
+_whole = _placement.whole
 
 
 def _port(value):
     """The port as an int, or None when it is not a whole number in 1..65535 (bools are not)."""
     return _whole(value, 1, 65535)
-
-
-def _whole(value, low, high=None):
-    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,10}", value.strip()):
-        number = int(value.strip())
-    else:
-        return None
-    return number if number >= low and (high is None or number <= high) else None
 
 
 def _control(value):

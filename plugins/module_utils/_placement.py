@@ -59,14 +59,15 @@ MIB = 1024 * 1024
 GIB = 1024 * MIB
 
 
-def _json(value):
+def json_text(value):
+    """A value as JSON for a message (its repr when it is not JSON)."""
     try:
         return json.dumps(value, sort_keys=True)
     except (TypeError, ValueError):
         return repr(value)
 
 
-def _whole(value, low, high=None):
+def whole(value, low, high=None):
     """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers)."""
     if isinstance(value, bool):
         return None
@@ -111,15 +112,15 @@ def gpu_ref(value):
 def gpus_problems(value, item):
     """Problems of a model's ``gpus`` (``item`` is the entry's variable path), checked without the node."""
     if not isinstance(value, list) or not value:
-        return ["%s.gpus is %s, allowed: %s" % (item, _json(value), GPUS_ALLOWED)]
+        return ["%s.gpus is %s, allowed: %s" % (item, json_text(value), GPUS_ALLOWED)]
     out, seen = [], {}
     for position, entry in enumerate(value):
         ref = gpu_ref(entry)
         if ref is None:
-            out.append("%s.gpus[%d] is %s, allowed: %s" % (item, position, _json(entry), GPU_ALLOWED))
+            out.append("%s.gpus[%d] is %s, allowed: %s" % (item, position, json_text(entry), GPU_ALLOWED))
         elif ref in seen:
             out.append("%s.gpus names %s twice (gpus[%d] and gpus[%d]), allowed: %s"
-                       % (item, _json(entry), seen[ref], position, GPUS_ALLOWED))
+                       % (item, json_text(entry), seen[ref], position, GPUS_ALLOWED))
         else:
             seen[ref] = position
     return out
@@ -156,7 +157,7 @@ def _size(args, names):
     given, raw = _option(args, names)
     if not given:
         return False, 1
-    number = _whole(raw, 1) if raw is not None else None
+    number = whole(raw, 1) if raw is not None else None
     return True, number or 0
 
 
@@ -201,12 +202,12 @@ def utilization(entry):
 
 def internal_port(value):
     """An explicit ``internal_port`` as an int, or None when it is not one."""
-    return _whole(value, INTERNAL_PORT_MIN, INTERNAL_PORT_MAX)
+    return whole(value, INTERNAL_PORT_MIN, INTERNAL_PORT_MAX)
 
 
 def _api_ports(models):
-    return {index: _whole(entry.get("port"), 1, 65535) for index, entry in enumerate(models)
-            if isinstance(entry, dict) and _whole(entry.get("port"), 1, 65535) is not None}
+    return {index: whole(entry.get("port"), 1, 65535) for index, entry in enumerate(models)
+            if isinstance(entry, dict) and whole(entry.get("port"), 1, 65535) is not None}
 
 
 def _overlaps(start, other):
@@ -241,7 +242,7 @@ def internal_ports(models):
 def _label(models, index):
     """``engine_service_models[N] ("name")``."""
     name = models[index].get("name") if isinstance(models[index], dict) else None
-    return "%s[%d] (%s)" % (VARIABLE, index, _json(name))
+    return "%s[%d] (%s)" % (VARIABLE, index, json_text(name))
 
 
 def internal_port_problems(models):
@@ -253,7 +254,7 @@ def internal_port_problems(models):
         if isinstance(entry, dict) and "internal_port" in entry and internal_port(entry["internal_port"]) is None:
             out.append("variable %s[%d].internal_port is %s, allowed: a whole number from %d to %d (vLLM's VLLM_PORT:"
                        " the unit takes it and the %d ports above it for vLLM's own processes)"
-                       % (VARIABLE, index, _json(entry["internal_port"]), INTERNAL_PORT_MIN, INTERNAL_PORT_MAX,
+                       % (VARIABLE, index, json_text(entry["internal_port"]), INTERNAL_PORT_MIN, INTERNAL_PORT_MAX,
                           INTERNAL_PORT_SPAN - 1))
     ports = internal_ports(models)
     api = _api_ports(models)
@@ -306,7 +307,7 @@ def node_gpus(facts):
         facts = facts.get("gpus")
     if not isinstance(facts, list) or not all(isinstance(g, dict) for g in facts):
         raise ValueError("the node's GPUs must be gpu_probe's gpus (a list of {index, uuid, name, memory_mib}), not %s"
-                         % _json(facts))
+                         % json_text(facts))
     return facts
 
 
@@ -348,7 +349,7 @@ def visible_devices(refs, gpus):
     and PCI order, unlike indices). Raises ValueError when one is not on the node."""
     found, unknown = resolve(refs, gpus)
     if unknown or any(not g.get("uuid") for g in found):
-        raise ValueError("gpus %s: %s not on the node (%s)" % (_json(refs), _json(unknown), node_text(gpus)))
+        raise ValueError("gpus %s: %s not on the node (%s)" % (json_text(refs), json_text(unknown), node_text(gpus)))
     return ",".join(str(g["uuid"]) for g in found)
 
 
@@ -379,27 +380,27 @@ def placement_problems(models, gpus, locks=None, shm_mib=None, shm_min_mib=1024,
             raise ValueError("%s.gpus: the node's GPUs (gpu_probe's gpus) are needed to check it" % item)
         found, unknown = resolve(refs, gpus)
         for ref in unknown:
-            out.append("%s.gpus names %s, which this node does not have; allowed: %s" % (item, _json(ref), node_text(gpus)))
+            out.append("%s.gpus names %s, which this node does not have; allowed: %s" % (item, json_text(ref), node_text(gpus)))
         uuids = [str(g.get("uuid")).lower() for g in found]
         for uuid in sorted(set(u for u in uuids if uuids.count(u) > 1)):
             gpu = found[uuids.index(uuid)]
             out.append("%s.gpus is %s, which names GPU %s (%s) twice; allowed: each GPU once"
-                       % (item, _json(refs), gpu.get("index"), gpu.get("uuid")))
+                       % (item, json_text(refs), gpu.get("index"), gpu.get("uuid")))
         bad = False
         for key, names in (("tensor", TENSOR), ("pipeline", PIPELINE), ("data", DATA)):
             if sizes[key] == 0:
                 bad = True
                 out.append("%s.args give %s %s, allowed: a whole number, 1 or more"
-                           % (item, names[0], _json(_option(_args(entry), names)[1])))
+                           % (item, names[0], json_text(_option(_args(entry), names)[1])))
         if not bad and world != len(refs):
             out.append("%s runs on %d GPUs at once (--tensor-parallel-size %d x --pipeline-parallel-size %d x"
                        " --data-parallel-size %d) and its gpus give %d (%s); allowed: sizes whose product is the number"
                        " of its gpus (leave --tensor-parallel-size out: the role sets it to fit)"
-                       % (item, world, sizes["tensor"], sizes["pipeline"], sizes["data"], len(refs), _json(refs)))
+                       % (item, world, sizes["tensor"], sizes["pipeline"], sizes["data"], len(refs), json_text(refs)))
         share = utilization(entry)
         if share is None:
             out.append("%s.args give --gpu-memory-utilization %s, allowed: a number above 0 and at most 1"
-                       % (item, _json(_option(_args(entry), UTILIZATION)[1])))
+                       % (item, json_text(_option(_args(entry), UTILIZATION)[1])))
             continue
         for uuid in dict.fromkeys(uuids):
             users.setdefault(uuid, []).append((index, share))
@@ -415,17 +416,17 @@ def placement_problems(models, gpus, locks=None, shm_mib=None, shm_min_mib=1024,
                        " at most %s together on a shared GPU (lower their --gpu-memory-utilization, %s unless their"
                        " args give it, or give them GPUs of their own)"
                        % (VARIABLE, gpu.get("index"), gpu.get("uuid"),
-                          " and ".join("%s[%d] (%s, %s)" % (VARIABLE, i, _json(models[i].get("name")), _number(s))
+                          " and ".join("%s[%d] (%s, %s)" % (VARIABLE, i, json_text(models[i].get("name")), _number(s))
                                        for i, s in sharing),
                           _number(total), _number(MAX_SHARED_UTILIZATION), _number(DEFAULT_UTILIZATION)))
     if widest is not None:
         world, index = widest
-        shm, least = _whole(shm_mib, 0), _whole(shm_min_mib, 0)
+        shm, least = whole(shm_mib, 0), whole(shm_min_mib, 0)
         if shm is not None and least is not None and shm < least:
             out.append("/dev/shm has %d MiB and %s runs on %d GPUs at once (tensor parallelism), allowed: at least"
                        " engine_service_shm_min_mib (%d MiB) for NCCL; mount a larger /dev/shm (a container:"
                        " --shm-size or --ipc=host)" % (shm, _label(models, index), world, least))
-        nofile = _whole(limit_nofile, 0)
+        nofile = whole(limit_nofile, 0)
         if nofile is not None and nofile < PARALLEL_LIMIT_NOFILE:
             out.append("variable engine_service_limit_nofile is %d and %s runs on %d GPUs at once, allowed: at least %d"
                        " (vLLM raises its open-file limit to %d at start, which LimitNOFILE caps; each of its workers"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite in two lanes that run side by side.
+#
+#   lane 1: units integration network docs build lint sanity latest   (pytest, ansible-playbook)
+#   lane 2: molecule                                                  (podman containers)
+#
+# Each lane is a series of ansible-playbook and pytest processes that mostly keep one core busy
+# and wait on timers and sockets in between (gates, polls, container starts), so on a 2-core
+# machine the two lanes together take far less than one after the other. They share nothing that
+# one writes while the other reads: every server binds port 0, every test writes under its own
+# temporary directory, the molecule lane keeps its work under build/molecule.*, and the one
+# download both read (devpi-server's wheelhouse) is fetched here before they start.
+#
+# Every piece runs even when an earlier one failed, so one run reports every failure; each prints
+# its time; molecule's lines are prefixed "molecule| ". Exits non-zero when any piece failed.
+#
+#   tools/test_all.sh                   both lanes
+#   TEST_LANES=serial tools/test_all.sh one after the other (a machine with one core)
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo" || exit 1
+make=${MAKE:-make}
+status=$repo/build/test-all
+rm -rf "$status"
+mkdir -p "$status"
+
+lane1=(units integration network docs build lint sanity latest)
+lane2=(molecule)
+
+# piece NAME: run `make NAME`, print its time, record a failure in $status/NAME.failed.
+piece() {
+  local name=$1 start rc
+  start=$(date +%s)
+  echo "test: $name started at $(date -u +%H:%M:%S)"
+  "$make" --no-print-directory "$name"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    echo "test: $name passed in $(( $(date +%s) - start )) s"
+  else
+    echo "test: $name FAILED (exit $rc) in $(( $(date +%s) - start )) s"
+    touch "$status/$name.failed"
+  fi
+}
+
+lane() {
+  local name
+  for name in "$@"; do piece "$name"; done
+}
+
+all_start=$(date +%s)
+# The wheelhouse both lanes read, downloaded once before they start.
+if ! tools/devpi_wheelhouse.sh >/dev/null; then
+  echo "test: tools/devpi_wheelhouse.sh failed: devpi-server's wheels could not be fetched" >&2
+  exit 1
+fi
+
+if [ "${TEST_LANES:-parallel}" = serial ]; then
+  lane "${lane1[@]}" "${lane2[@]}"
+else
+  # Lane 2 in the background, its output prefixed line by line; its PID kept to wait on it (and
+  # to stop it, with its children, if this script is interrupted).
+  set -m
+  ( lane "${lane2[@]}" 2>&1 | sed -u 's/^/molecule| /' ) &
+  lane2_pid=$!
+  set +m
+  trap 'kill -- -"$lane2_pid" 2>/dev/null; exit 130' INT TERM
+  lane "${lane1[@]}"
+  wait "$lane2_pid"
+  trap - INT TERM
+fi
+
+failed=()
+for name in "${lane1[@]}" "${lane2[@]}"; do
+  [ -e "$status/$name.failed" ] && failed+=("$name")
+done
+echo "test: the whole suite took $(( $(date +%s) - all_start )) s"
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "test: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "test: every piece passed"

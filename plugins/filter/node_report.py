@@ -149,6 +149,40 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     return errors
 
 
+
+def engine_node_fleet_errors(lock_item, fleet_lock=None, asset=None, warmed=None):
+    """What the controller's fleet steps left this node without, in words: its group's lock could not
+    be told (``lock_item.error``) or compiled (``fleet_lock`` without ``lock_sha256``), its GitHub wheel
+    could not be put into the fleet cache (``asset.cache_error``), or filling the cache with its group's
+    lock failed (a result of ``warmed``, devpi_warm's loop results, for this lock item that fetched no
+    ``bytes`` and was not skipped)."""
+    item = _dict(lock_item, "engine_node_fleet_errors: the input (the node's lock item)")
+    fleet_lock = _dict(fleet_lock, "engine_node_fleet_errors: fleet_lock")
+    asset = _dict(asset, "engine_node_fleet_errors: asset")
+    if warmed is None:
+        warmed = []
+    if not isinstance(warmed, list):
+        raise AnsibleFilterError("engine_node_fleet_errors: warmed must be a list (devpi_warm's results), not %s"
+                                 % type(warmed).__name__)
+    errors = []
+    if item.get("error"):
+        errors.append(_text(item["error"]))
+    if fleet_lock and "lock_sha256" not in fleet_lock:
+        errors.append("compiling the fleet lock %s on the controller failed: %s"
+                      % (_text(item.get("name")), _text(fleet_lock.get("msg", "no answer"))))
+    if asset.get("cache_error"):
+        errors.append("putting the GitHub wheel %s into the fleet cache failed: %s"
+                      % (_no_userinfo(asset.get("url")), _text(asset["cache_error"])))
+    for result in warmed:
+        result = _dict(result, "engine_node_fleet_errors: each result of warmed")
+        if "bytes" in result or "skipped" in result or not item:
+            continue
+        if _dict(result.get("item"), "engine_node_fleet_errors: a result's item").get("item") != item:
+            continue
+        errors.append("filling the fleet cache with the lock %s failed: %s"
+                      % (_text(item.get("name")), _text(result.get("msg", "no answer"))))
+    return errors
+
 # The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
 # it can run.
 _MANYLINUX_MIN = (2, 17)
@@ -310,6 +344,7 @@ class FilterModule:
             "engine_node_summary": engine_node_summary,
             "engine_node_error": engine_node_error,
             "engine_node_lookup_errors": engine_node_lookup_errors,
+            "engine_node_fleet_errors": engine_node_fleet_errors,
             "engine_node_attempt_why": engine_node_attempt_why,
             "engine_node_lock_item": engine_node_lock_item,
             "engine_report_drift": engine_report_drift,

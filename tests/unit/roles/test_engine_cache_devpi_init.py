@@ -1,7 +1,7 @@
 """engine_cache: devpi-init gets the root password's hash without it ever being on a command line,
 and devpi's data directory is the service user's alone (issue 17).
 
-The role's own task is read from tasks/main.yml, its argv and stdin rendered as Ansible would, and
+The role's own task is read from its task files (tasks/*.yml), its argv and stdin rendered as Ansible would, and
 run against a fake venv: a ``devpi_server.auth.hash_password`` that marks its input, and a fake
 ``devpi-init`` that records the argv and the environment it got. ``init_command`` is what
 tests/integration/test_devpi.py runs against the real devpi-server too.
@@ -25,10 +25,17 @@ INIT_TASK = "Initialize devpi's data with the root password"
 PASSWORD = "s3cret root password"
 
 
+def _role_tasks():
+    """Every task of the role's task files, blocks opened."""
+    out = []
+    for path in sorted((ROLE / "tasks").glob("*.yml")):
+        out.extend(_all_tasks(yaml.safe_load(path.read_text())))
+    return out
+
+
 def _task(name):
-    tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
-    found = [t for t in tasks if t.get("name") == name]
-    assert len(found) == 1, "tasks/main.yml has %d tasks named %r" % (len(found), name)
+    found = [t for t in _role_tasks() if t.get("name") == name]
+    assert len(found) == 1, "the role's task files have %d tasks named %r" % (len(found), name)
     return found[0]
 
 
@@ -108,7 +115,7 @@ def _all_tasks(tasks):
 
 
 def test_no_command_of_the_role_has_the_password_or_a_hash_in_its_argv():
-    tasks = list(_all_tasks(yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())))
+    tasks = _role_tasks()
     commands = [t for t in tasks if "ansible.builtin.command" in t]
     assert commands
     for task in commands:

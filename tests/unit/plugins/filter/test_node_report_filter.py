@@ -38,8 +38,8 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_lock_item",
-                               "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
+    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_fleet_errors",
+                               "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
                                "engine_report_drift"]
     for name in FILTERS:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
@@ -390,3 +390,59 @@ def test_report_drift():
 def test_report_without_drift():
     out = FILTERS["engine_report_drift"]([state("a", "1" * 64), state("b", "1" * 64, name="0.20.0-cu129")])
     assert [n["drift"] for n in out] == [None, None]
+
+
+# --- engine_node_fleet_errors -----------------------------------------------------------------
+# The texts are those the role's "Stop when a look-up for this node failed" task wrote when this was
+# a Jinja expression in install.yml.
+
+LOCK_ITEM = {"name": "0.20.0-cu129-x86_64-py3.12", "dest": "/srv/locks/0.20.0-cu129-x86_64-py3.12.lock"}
+OTHER_ITEM = dict(LOCK_ITEM, name="0.20.0-cu13-x86_64-py3.12")
+
+
+def fleet_errors(*args, **kw):
+    return FILTERS["engine_node_fleet_errors"](*args, **kw)
+
+
+def test_fleet_errors_empty_when_every_step_went_through():
+    assert fleet_errors(None) == []
+    assert fleet_errors(None, None, {}, []) == []
+    assert fleet_errors(LOCK_ITEM, {"lock_sha256": "ab" * 32, "path": "/x"}, {"sha256": "cd" * 32},
+                        [{"item": {"item": LOCK_ITEM}, "bytes": 10}, {"item": {"item": LOCK_ITEM}, "skipped": True}]) == []
+
+
+def test_fleet_errors_name_each_failed_step_in_order():
+    warmed = [{"item": {"item": OTHER_ITEM}, "msg": "another group's failure"},
+              {"item": {"item": LOCK_ITEM}, "failed": True, "msg": "torch-2.11.0 answered 404"}]
+    asset = {"url": "https://user:secret@cache.example/root/github/vllm.whl", "cache_error": "HTTP Error 401"}
+    assert fleet_errors(dict(LOCK_ITEM, error="no lock: the node's Python is unknown"), None, {}, []) == [
+        "no lock: the node's Python is unknown"]
+    assert fleet_errors(LOCK_ITEM, {"failed": True, "msg": "no solution"}, asset, warmed) == [
+        "compiling the fleet lock 0.20.0-cu129-x86_64-py3.12 on the controller failed: no solution",
+        "putting the GitHub wheel https://cache.example/root/github/vllm.whl into the fleet cache failed: HTTP Error 401",
+        "filling the fleet cache with the lock 0.20.0-cu129-x86_64-py3.12 failed: torch-2.11.0 answered 404",
+    ]
+
+
+def test_fleet_errors_say_no_answer_when_a_step_gave_no_message():
+    assert fleet_errors(LOCK_ITEM, {"failed": True}, {}, [{"item": {"item": LOCK_ITEM}}]) == [
+        "compiling the fleet lock 0.20.0-cu129-x86_64-py3.12 on the controller failed: no answer",
+        "filling the fleet cache with the lock 0.20.0-cu129-x86_64-py3.12 failed: no answer",
+    ]
+
+
+def test_fleet_errors_without_a_lock_item_read_no_warm_result():
+    # a node without a fleet lock directory has no lock item: the warm results are other groups'
+    assert fleet_errors(None, None, {}, [{"item": {"item": LOCK_ITEM}, "msg": "failed"}]) == []
+
+
+@pytest.mark.parametrize("args, what", [
+    (("a lock",), "the input"),
+    ((LOCK_ITEM, "x"), "fleet_lock"),
+    ((LOCK_ITEM, None, ["x"]), "asset"),
+    ((LOCK_ITEM, None, None, {"item": 1}), "warmed must be a list"),
+    ((LOCK_ITEM, None, None, ["x"]), "each result of warmed"),
+])
+def test_fleet_errors_refuse_what_is_not_the_role_s(args, what):
+    with pytest.raises(AnsibleFilterError, match=what):
+        fleet_errors(*args)

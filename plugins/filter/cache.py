@@ -9,22 +9,15 @@ Documentation: one ``<filter>.yml`` per filter beside this file.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.engines.plugins.module_utils._placement import json_text as _json
 
 # The keys engine_cache_problems reads, each the role variable engine_cache_<key>.
 KEYS = ("password", "root", "port", "torch_indexes", "pypi_url")
 _INDEX_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
-
-
-def _json(value):
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def _port(value):

@@ -20,11 +20,11 @@ Documentation: one ``<filter>.yml`` per filter beside this file.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import DEFAULT_ENDPOINT
+from ansible_collections.llmfleet.engines.plugins.module_utils._placement import json_text as _json, whole
 
 # What ends a directive, starts a block, a comment, a string or a variable, or splits a value in
 # nginx's configuration: control characters (C0, DEL, C1), lone surrogates, whitespace, quotes,
@@ -84,24 +84,9 @@ VARIABLES = {
 KEYS = tuple(VARIABLES)
 
 
-def _json(value):
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
 def _whole(value, low, high=None):
-    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,12}", value.strip()):
-        number = int(value.strip())
-    else:
-        return None
-    return number if number >= low and (high is None or number <= high) else None
+    """A whole number from ``low`` (to ``high``) as an int, or None; sizes in bytes take up to 12 digits."""
+    return whole(value, low, high, digits=12)
 
 
 def _bool(value):

@@ -67,13 +67,14 @@ def json_text(value):
         return repr(value)
 
 
-def whole(value, low, high=None):
-    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers)."""
+def whole(value, low, high=None, digits=10):
+    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers; a string of
+    more than ``digits`` digits is not read)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         number = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,10}", value.strip()):
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,%d}" % digits, value.strip()):
         number = int(value.strip())
     else:
         return None

@@ -149,7 +149,6 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     return errors
 
 
-
 def engine_node_fleet_errors(lock_item, fleet_lock=None, asset=None, warmed=None):
     """What the controller's fleet steps left this node without, in words: its group's lock could not
     be told (``lock_item.error``) or compiled (``fleet_lock`` without ``lock_sha256``), its GitHub wheel
@@ -182,6 +181,7 @@ def engine_node_fleet_errors(lock_item, fleet_lock=None, asset=None, warmed=None
         errors.append("filling the fleet cache with the lock %s failed: %s"
                       % (_text(item.get("name")), _text(result.get("msg", "no answer"))))
     return errors
+
 
 # The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
 # it can run.

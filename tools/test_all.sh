@@ -42,9 +42,13 @@ piece() {
   fi
 }
 
+# lane TAG PIECE...: the pieces one after the other, then $status/TAG.done (a lane killed before
+# its end leaves no mark, and counts as failed).
 lane() {
-  local name
+  local tag=$1 name
+  shift
   for name in "$@"; do piece "$name"; done
+  touch "$status/$tag.done"
 }
 
 all_start=$(date +%s)
@@ -55,16 +59,17 @@ if ! tools/devpi_wheelhouse.sh >/dev/null; then
 fi
 
 if [ "${TEST_LANES:-parallel}" = serial ]; then
-  lane "${lane1[@]}" "${lane2[@]}"
+  lane lane1 "${lane1[@]}"
+  lane lane2 "${lane2[@]}"
 else
   # Lane 2 in the background, its output prefixed line by line; its PID kept to wait on it (and
   # to stop it, with its children, if this script is interrupted).
   set -m
-  ( lane "${lane2[@]}" 2>&1 | sed -u 's/^/molecule| /' ) &
+  ( lane lane2 "${lane2[@]}" 2>&1 | sed -u 's/^/molecule| /' ) &
   lane2_pid=$!
   set +m
   trap 'kill -- -"$lane2_pid" 2>/dev/null; exit 130' INT TERM
-  lane "${lane1[@]}"
+  lane lane1 "${lane1[@]}"
   wait "$lane2_pid"
   trap - INT TERM
 fi
@@ -72,6 +77,9 @@ fi
 failed=()
 for name in "${lane1[@]}" "${lane2[@]}"; do
   [ -e "$status/$name.failed" ] && failed+=("$name")
+done
+for tag in lane1 lane2; do
+  [ -e "$status/$tag.done" ] || failed+=("$tag (ended before its last piece)")
 done
 echo "test: the whole suite took $(( $(date +%s) - all_start )) s"
 if [ "${#failed[@]}" -gt 0 ]; then

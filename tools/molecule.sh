@@ -80,6 +80,7 @@ for scenario in "${scenarios[@]}"; do
   start=$(date +%s)
   if molecule test --scenario-name "$scenario"; then result=passed; else result=FAILED; failed+=("$scenario"); fi
   times+=("$scenario: $result in $(( $(date +%s) - start )) s")
+  echo "molecule: ${times[-1]}"
 done
 echo "molecule: scenario times:"
 printf '  %s\n' "${times[@]}"

@@ -413,6 +413,10 @@ def real_section(real: dict) -> list[str]:
                       [["**%s**" % _x(cold["ratio_wall"]["module/raw"]), _x(cold["ratio_cpu"]["module/raw"]),
                         _s(cold.get("module_own_seconds")), _s(cold.get("module_uv_and_import_seconds")),
                         "yes" if cold.get("same_lock") else "**no**"]])
+        spread = max(max(s[side]["wall"]) - min(s[side]["wall"]) for side in ("raw", "module"))
+        gap = abs(s["module"]["wall_median"] - s["raw"]["wall_median"])
+        out += ["The builds of one side differ by up to %s in wall time, the two sides' medians by %s%s" % (
+            _s(spread), _s(gap), ": the ratio is within the noise of this machine." if gap <= spread else "."), ""]
         out += ["*module outside uv*: as in section 1, the module's median wall time less the median of what its",
                 "own `steps` spent in the uv commands and the import check (venv, resolve, install, verify).",
                 "Median seconds per step of the module: %s." % ", ".join(

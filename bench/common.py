@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import pathlib
@@ -10,6 +11,7 @@ import platform
 import resource
 import shlex
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -365,6 +367,89 @@ def apparent_bytes(*paths) -> int:
         return 0
     out = subprocess.run(["du", "-s", "-b", "-c", *existing], capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1].split()[0])
+
+
+def _tree(root) -> tuple[list, int]:
+    """(path relative to ``root``, lstat) of every regular file under ``root``, no link followed;
+    and the disk bytes of everything else there (directories, links, ``root`` itself)."""
+    files, other = [], os.lstat(root).st_blocks * 512
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                files.append((os.path.relpath(path, root), st))
+            else:
+                other += st.st_blocks * 512
+    return files, other
+
+
+def _sha256(path, st, memo: dict) -> str:
+    """The sha256 of a file's content, read in 1 MiB chunks; once per inode (``memo``)."""
+    key = (st.st_dev, st.st_ino)
+    if key not in memo:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        memo[key] = digest.hexdigest()
+    return memo[key]
+
+
+def _group(rel_path: str) -> str:
+    """Where a file of an environment belongs: its top directory in site-packages, else the
+    environment's top directory (or file)."""
+    parts = rel_path.split(os.sep)
+    if "site-packages" in parts[:-1]:
+        return parts[parts.index("site-packages") + 1]
+    return parts[0]
+
+
+def content_difference(first, second, groups: int = 10) -> dict:
+    """What ``second`` holds that ``first`` does not, by content: every regular file of both trees
+    hashed (sha256), the files of ``second`` whose content is nowhere in ``first``, at any path.
+    Their bytes are the floor of any file-level sharing of ``second`` with ``first``.
+
+    ``files``: such paths in ``second``; ``contents``: distinct contents among them; ``bytes``:
+    their sizes, each content once (``path_bytes``: once per path); ``disk_bytes``: the blocks of
+    one file per content; ``other_disk_bytes``: blocks of ``second``'s directories and links, which
+    no file sharing saves; ``pyc_bytes``: ``bytes`` of ``.pyc`` files; ``by_group``: ``bytes`` by
+    top directory of site-packages (else of the environment), the ``groups`` largest."""
+    t0 = time.perf_counter()
+    memo: dict = {}
+    first_files, _other = _tree(first)
+    known = {_sha256(os.path.join(first, rel_path), st, memo) for rel_path, st in first_files}
+    second_files, other = _tree(second)
+    new: dict[str, tuple[int, int]] = {}
+    by_group: dict[str, int] = {}
+    files = path_bytes = pyc_bytes = 0
+    for rel_path, st in second_files:
+        digest = _sha256(os.path.join(second, rel_path), st, memo)
+        if digest in known:
+            continue
+        files += 1
+        path_bytes += st.st_size
+        if digest not in new:
+            new[digest] = (st.st_size, st.st_blocks * 512)
+            group = _group(rel_path)
+            by_group[group] = by_group.get(group, 0) + st.st_size
+            if rel_path.endswith(".pyc"):
+                pyc_bytes += st.st_size
+    largest = sorted(by_group.items(), key=lambda kv: (-kv[1], kv[0]))[:groups]
+    return {
+        "first_files": len(first_files),
+        "second_files": len(second_files),
+        "files": files,
+        "contents": len(new),
+        "bytes": sum(size for size, _blocks in new.values()),
+        "path_bytes": path_bytes,
+        "disk_bytes": sum(blocks for _size, blocks in new.values()),
+        "other_disk_bytes": other,
+        "pyc_bytes": pyc_bytes,
+        "by_group": [{"group": name, "bytes": size} for name, size in largest],
+        "inodes_hashed": len(memo),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def human_bytes(n) -> str:

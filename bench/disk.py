@@ -30,6 +30,7 @@ from bench.common import (
     Upstream,
     ansible_env,
     apparent_bytes,
+    content_difference,
     du_bytes,
     ensure_collection_link,
     run_timed,
@@ -49,8 +50,9 @@ PYPI = {"label": "real PyPI: black 24.1.0, then black 24.2.0", "engine": "black"
 
 class Builder:
     def __init__(self, work: pathlib.Path, index_url: str | None, upstream: Upstream | None,
-                 proxy: CountingProxy | None):
+                 proxy: CountingProxy | None, timeout: int = 900):
         self.work = work
+        self.timeout = timeout
         self.work.mkdir(parents=True, exist_ok=True)
         self.index_url = index_url
         self.upstream = upstream
@@ -62,7 +64,7 @@ class Builder:
         path = root / "engines" / engine / ("%s-%s" % (version, build))
         args = {"path": str(path), "engine": engine, "version": version, "build": build, "exclude_newer": cutoff,
                 "python": system_python(), "python_preference": "only-system", "uv": str(UV), "gpu_check": False,
-                "cache_dir": str(root / "cache" / "uv"), "keep_cache": keep_cache, "timeout": 900}
+                "cache_dir": str(root / "cache" / "uv"), "keep_cache": keep_cache, "timeout": self.timeout}
         if self.index_url:
             args["index_url"] = self.index_url
         args_file = self.work / ("args-%d.json" % len(self.args_log))
@@ -180,11 +182,13 @@ def vllm_upgrades(work: pathlib.Path, versions=VLLM_VERSIONS) -> dict:
 VLLM_SHARE = ("vllm", ("0.11.1", "cu129"), ("0.11.2", "cu129"))
 
 
-def vllm_share(work: pathlib.Path, proxy: CountingProxy) -> dict:
+def vllm_share(work: pathlib.Path, proxy: CountingProxy, differing: bool = False, timeout: int = 900) -> dict:
     """Disk of two kept environments of adjacent real vLLM versions: each alone, both together
-    (files shared by hard links count once), and the copy they would be without sharing."""
+    (files shared by hard links count once), and the copy they would be without sharing. With
+    ``differing`` (bench.real), also what the second holds whose content is nowhere in the first
+    (``content_difference``: the floor of any file-level sharing), beside what share_files added."""
     engine, (v1, b1), (v2, b2) = VLLM_SHARE
-    builder = Builder(work, None, None, proxy)
+    builder = Builder(work, None, None, proxy, timeout)
     root = work / "root"
     try:
         first = builder.build(root, engine, v1, b1, pypi_cutoff(engine, v1), False)
@@ -192,9 +196,10 @@ def vllm_share(work: pathlib.Path, proxy: CountingProxy) -> dict:
         second = builder.build(root, engine, v2, b2, pypi_cutoff(engine, v2), False)
         second_env = du_bytes(second["path"])
         together = du_bytes(first["path"], second["path"])
+        difference = content_difference(first["path"], second["path"]) if differing else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {
+    out = {
         "first": {"version": "%s-%s" % (v1, b1), "packages": first["packages"], "env": first_env,
                   "download": first["download"]["bytes"]},
         "second": {"version": "%s-%s" % (v2, b2), "packages": second["packages"], "env": second_env,
@@ -205,6 +210,10 @@ def vllm_share(work: pathlib.Path, proxy: CountingProxy) -> dict:
         "together_over_one": round(together / second_env, 3),
         "module_args": {k: v for k, v in builder.args_log[-1].items() if k not in ("path", "cache_dir")},
     }
+    if difference is not None:
+        out["share_added"] = together - first_env
+        out["differing"] = difference
+    return out
 
 
 def run(pypi: bool = True, work: pathlib.Path | None = None) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import sys
 
 from bench.common import human_bytes
@@ -368,6 +369,99 @@ def cache_section(cache: dict) -> list[str]:
     return out
 
 
+def _failed(part: dict) -> list[str]:
+    """What failed: the error's first line and its last (a traceback's own message)."""
+    lines = [l.strip() for l in part["error"].replace("`", "'").splitlines() if l.strip()] or ["unknown error"]
+    text = lines[0][:500] + (" ... " + lines[-1][:500] if len(lines) > 1 else "")
+    return ["**failed**: `%s`" % text, ""]
+
+
+def real_section(real: dict) -> list[str]:
+    m, end = real["machine"], real.get("machine_end") or {}
+    out = ["## 7. Real vLLM from PyPI: a cold build, and two releases kept side by side", "",
+           "Optional: not part of `make bench` (~5 GB from PyPI and minutes per build, six builds, ~30 GB of free",
+           "disk). Rerun: `.venv/bin/python -m bench.run --only real` (this section), or `.venv/bin/python -m",
+           "bench.real` (JSON only). Measured %s (took %s min) on %s CPUs (nproc), %s GiB memory, %s, commit %s;"
+           % (m["date"], round(real.get("seconds", 0) / 60, 1), m["nproc"], m["memory_gib"], m["cpu"],
+              m.get("commit", "unknown")),
+           "load average (1, 5, 15 min) %s at the start, %s at the end; free disk %s before, %s after."
+           % (", ".join(str(x) for x in m["load_average"]), ", ".join(str(x) for x in end.get("load_average", [])),
+              human_bytes(real.get("free_before")), human_bytes(real.get("free_after"))),
+           "Every build went through a counting HTTPS proxy on 127.0.0.1 (`HTTPS_PROXY`; TLS bytes: the",
+           "downloads below), on both sides alike. The two environments kept side by side were built first.", ""]
+    cold = real.get("cold") or {}
+    out += ["**Cold build of %s**" % (cold.get("case") or "vllm"), ""]
+    if "error" in cold:
+        out += _failed(cold)
+    elif cold:
+        s = cold["sides"]
+        out += ["The sides of section 1 with the real engine: *raw*, the reference flow's uv commands, the import",
+                "check and `rm -rf` of the cache; *module*, `uv_engine_env.py` run as a program (`gpu_check: false`,",
+                "`timeout: 3600`). Each build with an empty uv cache of its own, in the order %s; each environment"
+                % ", ".join(cold["order"]),
+                "and cache deleted as soon as it was measured. Cut-off `--exclude-newer %s` (the release's last"
+                % cold["exclude_newer"],
+                "upload on PyPI plus 24 h); Python %s." % cold["python"], ""]
+        out += _table(["side", "builds", "wall (each)", "wall median", "CPU (each)", "CPU median", "download median",
+                       "environment", "packages locked"],
+                      [[side, s[side]["runs"], ", ".join(_s(w) for w in s[side]["wall"]), "**%s**" % _s(s[side]["wall_median"]),
+                        ", ".join(_s(c) for c in s[side]["cpu"]), _s(s[side]["cpu_median"]),
+                        human_bytes(s[side]["download_median"]), " / ".join(human_bytes(e) for e in s[side]["env"]),
+                        " / ".join(str(n) for n in s[side]["packages"])] for side in ("raw", "module")])
+        out += _table(["module/raw wall", "module/raw CPU", "module outside uv", "module in uv and the import check",
+                       "same lock on every build"],
+                      [["**%s**" % _x(cold["ratio_wall"]["module/raw"]), _x(cold["ratio_cpu"]["module/raw"]),
+                        _s(cold.get("module_own_seconds")), _s(cold.get("module_uv_and_import_seconds")),
+                        "yes" if cold.get("same_lock") else "**no**"]])
+        spread = max(max(s[side]["wall"]) - min(s[side]["wall"]) for side in ("raw", "module"))
+        gap = abs(s["module"]["wall_median"] - s["raw"]["wall_median"])
+        out += ["The builds of one side differ by up to %s in wall time, the two sides' medians by %s%s" % (
+            _s(spread), _s(gap), ": the ratio is within the noise of this machine." if gap <= spread else "."), ""]
+        out += ["*module outside uv*: as in section 1, the module's median wall time less the median of what its",
+                "own `steps` spent in the uv commands and the import check (venv, resolve, install, verify).",
+                "Median seconds per step of the module: %s." % ", ".join(
+                    "%s %.3f" % (k, v) for k, v in (cold.get("module_steps_median") or {}).items() if v is not None), ""]
+        for side, lines in (cold.get("commands") or {}).items():
+            out += ["Commands, %s (first build):" % side, ""] + _code(lines)
+    share = real.get("share") or {}
+    out += ["**Two releases kept side by side: what share_files saves, and the most any file-level sharing could**", ""]
+    if "error" in share:
+        out += _failed(share)
+    elif share:
+        f, sec, d = share["first"], share["second"], share["differing"]
+        linked = sec.get("shared") or {}
+        floor = d["disk_bytes"] + d["other_disk_bytes"]
+        out += ["%s then %s under one node root, built by uv_engine_env as the role builds them (uv cache dropped"
+                % (f["version"], sec["version"]),
+                "after each build, `share_files` on, bench.disk's `vllm_share`). *share_files added*: both kept",
+                "(`du -s -B1` of the two together, hard links once) less the first alone. Then every regular file of",
+                "both was hashed (sha256, streamed; %s inodes, %s): *content nowhere in the first* are the second's"
+                % (d["inodes_hashed"], _s(d["seconds"])),
+                "files whose content is at no path of the first. Their bytes (each content once) are the floor of",
+                "any file-level sharing of the second with the first (hard links, reflinks, a content store): what it",
+                "must still store. *floor on disk*: the blocks of one file per such content, plus the second's",
+                "directories and links (%s), which no file sharing saves." % human_bytes(d["other_disk_bytes"]), ""]
+        out += _table(["first alone", "second alone", "both kept", "share_files added", "files linked by share_files",
+                       "second's files, content nowhere in the first", "distinct contents", "their bytes",
+                       "floor on disk", "added / floor"],
+                      [["%s (%s packages): %s" % (f["version"], f["packages"], human_bytes(f["env"])),
+                        "%s (%s packages): %s" % (sec["version"], sec["packages"], human_bytes(sec["env"])),
+                        human_bytes(share["together"]), "**%s**" % human_bytes(share["share_added"]),
+                        "%s (%s)" % (linked.get("files", "n/a"), human_bytes(linked.get("bytes"))),
+                        "%s of %s" % (d["files"], d["second_files"]), d["contents"],
+                        "**%s**" % human_bytes(d["bytes"]), human_bytes(floor),
+                        "%sx" % _x(share["share_added"] / floor if floor else None)]])
+        out += ["Of those bytes, `.pyc` files (written by the import check, after the share step): %s. Where they are"
+                " (top directory in site-packages, else in the environment; the %s largest):"
+                % (human_bytes(d["pyc_bytes"]), len(d["by_group"])), ""]
+        out += _table(["where", "bytes, content nowhere in the first"],
+                      [[g["group"], human_bytes(g["bytes"])] for g in d["by_group"]])
+        out += ["Downloads: %s, %s. Module arguments of the second build: `%s`."
+                % (human_bytes(f["download"]), human_bytes(sec["download"]),
+                   json.dumps(share["module_args"], sort_keys=True)), ""]
+    return out
+
+
 def render(data: dict) -> str:
     out = header(data)
     if data.get("flow"):
@@ -384,13 +478,15 @@ def render(data: dict) -> str:
         from bench.models import section as models_section  # pylint: disable=import-outside-toplevel
 
         out += models_section(data["models"])
+    if data.get("real"):
+        out += real_section(data["real"])
     return "\n".join(out).rstrip() + "\n"
 
 
 # The headings of each section of bench.run (--only): a partial run's page can be spliced into a
 # page rendered earlier when that run's JSON is gone (splice).
 HEADINGS = {"flow": ("## 1.",), "fleet": ("## 2.", "## 4."), "disk": ("## 3.",), "cache": ("## 5.",),
-            "models": ("## 6.",)}
+            "models": ("## 6.",), "real": ("## 7.",)}
 LIST_TITLE = "Sections measured by different runs:"
 
 
@@ -414,23 +510,43 @@ def splice(old: str, data: dict, names) -> str:
         for heading in HEADINGS[name]:
             if heading in new_blocks:
                 blocks[heading] = new_blocks[heading]
-    lines = []
-    for name in names:
-        info = (data.get("sections") or {}).get(name) or {"machine": data["machine"], "command": data["command"]}
-        sm = info["machine"]
-        lines.append("- %s: %s, commit %s, load average %s, `%s`" % (
-            name, sm["date"], sm.get("commit", "unknown"), ", ".join(str(x) for x in sm["load_average"]), info["command"]))
-    if LIST_TITLE in pre:
-        start = pre.index(LIST_TITLE) + 2
-        end = start
-        while end < len(pre) and pre[end].startswith("- "):
-            end += 1
+    _set_list(pre, [_section_line(data, name) for name in names])
+    return _join(pre, blocks)
+
+
+def _section_line(data: dict, name: str) -> str:
+    info = (data.get("sections") or {}).get(name) or {"machine": data["machine"], "command": data["command"]}
+    sm = info["machine"]
+    return "- %s: %s, commit %s, load average %s, `%s`" % (
+        name, sm["date"], sm.get("commit", "unknown"), ", ".join(str(x) for x in sm["load_average"]), info["command"])
+
+
+def _list_start_end(pre: list[str]) -> tuple[int, int] | None:
+    if LIST_TITLE not in pre:
+        return None
+    start = pre.index(LIST_TITLE) + 2
+    end = start
+    while end < len(pre) and pre[end].startswith("- "):
+        end += 1
+    return start, end
+
+
+def _set_list(pre: list[str], lines: list[str]) -> None:
+    """The list of sections measured by different runs in ``pre``, with ``lines`` in place of those
+    of the same sections (a new list when there is none)."""
+    names = {line.split(":", 1)[0][2:] for line in lines}
+    where = _list_start_end(pre)
+    if where:
+        start, end = where
         kept = [l for l in pre[start:end] if l.split(":", 1)[0][2:] not in names]
         pre[start:end] = kept + lines
     else:
         while pre and pre[-1] == "":
             pre.pop()
         pre += ["", LIST_TITLE, ""] + lines + [""]
+
+
+def _join(pre: list[str], blocks: dict[str, list[str]]) -> str:
     body = []
     for heading in sorted(blocks, key=lambda h: int(h[3:-1])):
         block = blocks[heading]
@@ -438,6 +554,38 @@ def splice(old: str, data: dict, names) -> str:
             block = block[:-1]
         body += block + [""]
     return "\n".join(pre + body).rstrip() + "\n"
+
+
+def carry(old: str, data: dict, names) -> str:
+    """The page of ``data`` (a run of every default section), with the sections ``names`` it did not
+    run as ``old`` (a page rendered earlier) has them, and the list of sections measured by different
+    runs saying when each was measured."""
+    page = render(data)
+    old_pre, old_blocks = _blocks(old)
+    pre, blocks = _blocks(page)
+    taken = []
+    for name in names:
+        if data.get(name) or not any(h in old_blocks for h in HEADINGS[name]):
+            continue
+        for heading in HEADINGS[name]:
+            if heading in old_blocks:
+                blocks[heading] = old_blocks[heading]
+        taken.append(name)
+    if not taken:
+        return page
+    where = _list_start_end(old_pre)
+    old_lines = {l.split(":", 1)[0][2:]: l for l in (old_pre[where[0]:where[1]] if where else [])}
+    text = "\n".join(old_pre)
+    date = re.search(r"^- date: (.*?) \(took", text, re.M)
+    commit = re.search(r"^- collection: commit (\S+)", text, re.M)
+    command = re.search(r"\(`([^`]*)`\); do not edit by hand", text)
+    lines = [_section_line(data, name) for name in data.get("sections") or {} if name not in taken]
+    for name in taken:  # the older page's line, else what its header says of the run that made it
+        lines.append(old_lines.get(name) or "- %s: %s, commit %s, `%s`" % (
+            name, date.group(1) if date else "unknown date", commit.group(1) if commit else "unknown",
+            command.group(1) if command else "unknown command"))
+    _set_list(pre, lines)
+    return _join(pre, blocks)
 
 
 def main(argv=None) -> int:

@@ -906,3 +906,30 @@ def test_the_fleet_lock_is_compiled_once_per_group_and_installed_as_is(upstream,
         ARCH, newer[:12], old[:12])
     assert report["a100"]["drift"] is None
     assert "DRIFT: 0.20.0-cu13 on" in (out / "fleet.md").read_text()
+
+
+def test_a_failed_look_up_or_fleet_lock_stops_its_node_before_it_builds_and_names_it(upstream, uv_index, tmp_path):
+    """What the controller does for a node before it builds (the look-ups upstream, its group's fleet
+    lock) and fails for it stops that node before anything is built, with what failed in words
+    (engine_node_lookup_errors, engine_node_fleet_errors): here GitHub's API answers 503 for the A100's
+    cu129 build, and the simple index page of a dependency 503 for the H100 group's lock."""
+    python = subprocess.run([system_python(), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    a100_state, a100_vars = NODES["a100"]
+    nodes = {"h100": NODES["h100"], "a100": (a100_state, dict(a100_vars, engine_node_build="cu129"))}
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    upstream.fault("status", status=503, count=1000, path="/github/api/")
+    upstream.fault("status", status=503, count=1000, path="/simple/llmfleet-fakedep/")
+    extra = {"engine_node_fleet_lock_dir": str(tmp_path / "locks"), "engine_node_fleet_lock_python": python}
+    run = fleet.play("site.yml", extra=extra)
+    assert run.rc != 0, run
+    recap = run.recap()
+    assert (recap["h100"]["failed"], recap["a100"]["failed"]) == (1, 1), run
+    assert re.search(r"a100: asking GitHub \(http://127\.0\.0\.1:[0-9]+/github/api\) for the cu129 wheel of vLLM"
+                     r" 0\.20\.0 failed: [^;\n]*503", run.out), run
+    assert re.search(r"h100: compiling the fleet lock vllm-0\.20\.0-cu13-\S+ on the controller failed: ", run.out), run
+    # stopped before the build: no environment, nothing current, not even a partial one
+    for name in nodes:
+        assert fleet.current(name) is None, name
+        engines = fleet.roots[name] / "engines" / "vllm"
+        assert not engines.exists() or not any(p.name.startswith("0.20.0") for p in engines.iterdir()), name

@@ -7,30 +7,14 @@ import pathlib
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.modules import gpu_probe
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
 from tests.unit.plugins.lookup_fakes import run_module
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 
 
-def _import_filter_plugin():
-    """The filter plugin and AnsibleFilterError, imported without leaving the process in controller mode.
-
-    Importing controller code (ansible.errors) sets ansible.module_utils._internal.is_controller,
-    after which AnsibleModule.warn() no longer puts warnings into a module's result: that would
-    change what the module tests of this session see, depending on collection order.
-    """
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible.errors import AnsibleFilterError
-        from ansible_collections.llmfleet.engines.plugins.filter import builds
-    finally:
-        _internal.is_controller = before
-    return builds, AnsibleFilterError
-
-
-builds_filter, AnsibleFilterError = _import_filter_plugin()
+# imported without leaving the process in controller mode (see _plugins.py)
+builds_filter, AnsibleFilterError = filter_plugin("builds"), filter_error()
 FILTERS = builds_filter.FilterModule().filters()
 CASES = sorted(p.name for p in (FIXTURES / "nvidia-smi").iterdir() if (p / "query-gpu.csv").is_file()
                and not (p / "hang").exists())

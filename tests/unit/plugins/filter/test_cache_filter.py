@@ -9,23 +9,13 @@ import pathlib
 import pytest
 import yaml
 
+from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-def _module():
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible_collections.llmfleet.engines.plugins.filter import cache
-    finally:
-        _internal.is_controller = before
-    return cache
-
-
-F = _module().FilterModule().filters()
+F = filter_plugin("cache").FilterModule().filters()
 PASSWORD = "planted-devpi-password-7f3a"
 
 

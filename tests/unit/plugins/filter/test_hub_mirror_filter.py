@@ -18,6 +18,7 @@ import subprocess
 import pytest
 import yaml
 
+from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
@@ -25,18 +26,7 @@ NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin
 TOKEN = "hf_PLANTEDsecretTOKEN0123456789"
 
 
-def _module():
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible_collections.llmfleet.engines.plugins.filter import hub_mirror
-    finally:
-        _internal.is_controller = before
-    return hub_mirror
-
-
-M = _module()
+M = filter_plugin("hub_mirror")
 F = M.FilterModule().filters()
 conf = F["engine_cache_hub_mirror_conf"]
 problems = F["engine_cache_hub_mirror_problems"]

@@ -12,27 +12,15 @@ import pathlib
 import pytest
 import yaml
 
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+
 REPO = pathlib.Path(__file__).resolve().parents[4]
 SPEC = REPO / "roles" / "engine_node" / "meta" / "argument_specs.yml"
 
 
-def _import_filter_plugin():
-    """The plugin and AnsibleFilterError, without leaving the process in controller mode (see
-    test_builds_filter.py: importing ansible.errors would change what later module tests see)."""
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible.errors import AnsibleFilterError
-        from ansible_collections.llmfleet.engines.plugins.filter import node_report
-    finally:
-        _internal.is_controller = before
-    return node_report, AnsibleFilterError
-
-
-_IMPORTED = _import_filter_plugin()
-node_report = _IMPORTED[0]
-AnsibleFilterError = _IMPORTED[1]
+# imported without leaving the process in controller mode (see _plugins.py)
+node_report = filter_plugin("node_report")
+AnsibleFilterError = filter_error()
 FILTERS = node_report.FilterModule().filters()
 FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_runtime_mismatch"]
 

@@ -9,24 +9,14 @@ import pathlib
 
 import pytest
 
+from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 from tests.unit.plugins.filter.test_service_filter import F as SERVICE
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-def _placement_filters():
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible_collections.llmfleet.engines.plugins.filter import placement
-    finally:
-        _internal.is_controller = before
-    return placement.FilterModule().filters()
-
-
-P = _placement_filters()
+P = filter_plugin("placement").FilterModule().filters()
 ENV = "0.20.0-cu13"
 
 

@@ -13,23 +13,13 @@ import pathlib
 import pytest
 import yaml
 
+from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-def _service_filters():
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible_collections.llmfleet.engines.plugins.filter import service
-    finally:
-        _internal.is_controller = before
-    return service.FilterModule().filters()
-
-
-F = _service_filters()
+F = filter_plugin("service").FilterModule().filters()
 QWEN = {"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}
 ENV = "0.20.0-cu13"
 CONTROL = ("text without control characters (newline, carriage return, tab, NUL, DEL: they would end the unit"

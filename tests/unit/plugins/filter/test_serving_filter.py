@@ -15,23 +15,13 @@ import re
 import pytest
 import yaml
 
+from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-def _import():
-    from ansible.module_utils import _internal
-
-    before = _internal.is_controller
-    try:
-        from ansible_collections.llmfleet.engines.plugins.filter import serving, service
-    finally:
-        _internal.is_controller = before
-    return serving, service
-
-
-serving, service = _import()
+serving, service = filter_plugin("serving"), filter_plugin("service")
 F = dict(serving.FilterModule().filters(), **service.FilterModule().filters())
 ENV = "0.20.0-cu13"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -19,14 +19,22 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help venv venv-latest link run test units integration network latest sanity lint docs build molecule requirements clean bench
+.PHONY: help system-run system-test venv venv-latest link run test units integration network latest sanity lint docs build molecule requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
 	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
 	@echo "pieces: units integration network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
 
-$(VENV)/.stamp: requirements/dev.txt
+# The Debian packages of requirements/system.txt (tools/system_packages.sh): nothing done when
+# every one is there, else one line naming what it installs (root) or what is missing (other users).
+system-run:
+	@tools/system_packages.sh run
+
+system-test:
+	@tools/system_packages.sh test
+
+$(VENV)/.stamp: requirements/dev.txt | system-run
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --require-hashes -r requirements/dev.txt
@@ -46,49 +54,49 @@ link:
 	@mkdir -p $(dir $(LINK))
 	@[ -L $(LINK) ] || ln -sfn $(REPO) $(LINK)
 
-run: venv
+run: system-run venv
 	$(VENV)/bin/ansible-playbook -i inventories/local playbooks/site.yml
 
 # tests/roles: the roles run by ansible-playbook on this machine against a fake systemd (root).
-units: venv
+units: system-test venv
 	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network"
 
-integration: venv
+integration: system-test venv
 	tools/devpi_wheelhouse.sh >/dev/null
 	$(PYTEST) tests/integration -m "not network"
 
-network: venv
+network: system-test venv
 	$(PYTEST) tests/network -m network
 
 # The newest ansible-core on Python 3.12: the unit tests (every module, filter and module_util) and
 # each module's integration target (tests/integration/targets, run by ansible-playbook) again. The
 # role-level tests (tests/roles, the rest of tests/integration, molecule) run on the pinned core only.
-latest:
+latest: system-test
 	@if [ -z "$(PYTHON_LATEST)" ]; then echo "no Python 3.12 here: skipping the newest-ansible-core run"; else \
 	  $(MAKE) venv-latest && $(VENV_LATEST)/bin/python -m pytest tests/unit tests/integration/test_targets.py \
 	    -m "not network" -p no:cacheprovider; fi
 
-sanity: venv
+sanity: system-test venv
 	tools/sanity.sh
 	@if [ -n "$(PYTHON_OLDEST)" ]; then PATH=$(dir $(PYTHON_OLDEST)):$$PATH SANITY_PYTHON=3.9 tools/sanity.sh --test compile --test import; \
 	  else echo "no Python 3.9 here: modules compiled and imported on 3.11 only"; fi
 
-lint: venv
+lint: system-test venv
 	$(VENV)/bin/ansible-lint --strict
 
-docs: venv
+docs: system-test venv
 	$(VENV)/bin/python tools/check_docs.py
 
-build: venv
+build: system-test venv
 	tools/build_check.sh
 
 # Role scenarios (extensions/molecule/*) in podman containers: prepares podman and a local Debian
 # image (tools/podman_setup.sh, needs root and apt), runs against the fake upstream.
-molecule: venv
+molecule: system-test venv
 	tools/molecule.sh
 
 # Two lanes side by side (tools/test_all.sh): the pytest pieces one after the other, and molecule.
-test: venv
+test: system-test venv
 	tools/test_all.sh
 
 # Benchmarks (not part of make test: they time things; minutes, and the real PyPI). Writes bench/results.md.

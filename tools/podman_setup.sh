@@ -9,13 +9,8 @@ image=${IMAGE:-localhost/llmfleet-debian-systemd:bookworm}
 mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 mirror=${MIRROR:-${mirror:-http://deb.debian.org/debian}}
 
-need=()
-for pkg in podman runc debootstrap; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
-if [ "${#need[@]}" -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+# podman, runc, debootstrap: requirements/system.txt, group molecule (nothing done when present)
+"$(dirname "$0")/system_packages.sh" molecule
 
 # crun refuses this host's hybrid cgroup layout; runc works. Ulimits above the host's hard
 # limits make every container start fail.

@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from ansible_collections.llmfleet.engines.plugins.module_utils import _trust
 from tests.roles import engines
 from tests.unit.plugins.vllm_fakes import free_port
 
@@ -34,24 +35,80 @@ FAKEBIN = HERE / "fakebin"
 COLLECTIONS = pathlib.Path(os.environ.get("LLMFLEET_ROLE_TESTS_COLLECTIONS") or REPO / "build" / "collections")
 PYTHON = sys.executable
 ANSIBLE_PLAYBOOK = pathlib.Path(PYTHON).parent / "ansible-playbook"
-# The node roots: not under /tmp (world-writable, and pytest's own directory there is 0700, which
-# the service user cannot cross). LLMFLEET_ROLE_TESTS_DIR overrides it.
-ROOTS = pathlib.Path(os.environ.get("LLMFLEET_ROLE_TESTS_DIR") or REPO / "build" / "role-tests")
+# The node roots: a directory the role's own privilege rule (module_utils/_trust.py) trusts, which
+# the service user can also cross (every directory above it searchable by others). The clone's
+# build/role-tests when its path is so; else (a clone in a 0700 home, or under a directory others
+# can write) a fresh directory of this run in /var/tmp or /tmp: there a root-owned entry of the
+# sticky, root-owned directory is as closed as the rule needs, and its random name cannot be taken
+# first. LLMFLEET_ROLE_TESTS_DIR overrides the choice (it must pass the same check).
+_MADE_ROOTS = []
+
+
+def _roots_problem(path: pathlib.Path):
+    """Why ``path`` cannot hold the node roots (None: it can)."""
+    problem = _trust.untrusted_component(str(path))
+    if problem:
+        return problem
+    for folder in [path] + list(path.parents):
+        if folder.exists() and not folder.stat().st_mode & stat.S_IXOTH:
+            return "%s is %s: the service user cannot cross it" % (folder, stat.filemode(folder.stat().st_mode))
+    return None
+
+
+def _pick_roots() -> pathlib.Path:
+    chosen = os.environ.get("LLMFLEET_ROLE_TESTS_DIR")
+    if chosen:
+        path = pathlib.Path(chosen)
+        path.mkdir(parents=True, exist_ok=True)
+        problem = _roots_problem(path)
+        if problem:
+            raise RuntimeError("LLMFLEET_ROLE_TESTS_DIR=%s cannot hold the role tests' node roots: %s" % (chosen, problem))
+        return path
+    tried = []
+    in_clone = REPO / "build" / "role-tests"
+    problem = _roots_problem(in_clone)
+    if problem is None:
+        in_clone.mkdir(parents=True, exist_ok=True)
+        in_clone.chmod(0o755)
+        if _roots_problem(in_clone) is None:
+            return in_clone
+    tried.append("%s (%s)" % (in_clone, problem))
+    for top in ("/var/tmp", tempfile.gettempdir()):
+        if not os.path.isdir(top):
+            continue
+        made = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-role-tests-", dir=top))
+        made.chmod(0o755)
+        problem = _roots_problem(made)
+        if problem is None:
+            _MADE_ROOTS.append(made)
+            return made
+        made.rmdir()
+        tried.append("%s (%s)" % (made, problem))
+    raise RuntimeError("no directory can hold the role tests' node roots (tried %s): set LLMFLEET_ROLE_TESTS_DIR to a "
+                       "directory whose every parent is root's, closed to others and searchable" % "; ".join(tried))
+
+
+_ROOTS = []
+
+
+def roots() -> pathlib.Path:
+    """The node roots of this pytest run, chosen once (see _pick_roots)."""
+    if not _ROOTS:
+        _ROOTS.append(_pick_roots())
+    return _ROOTS[0]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_made_roots():
+    yield
+    for made in _MADE_ROOTS:
+        shutil.rmtree(str(made), ignore_errors=True)
+
+
 # Where the role's units and secrets go by default: a test checks that nothing of its own landed there.
 REAL_UNIT_DIR = pathlib.Path("/etc/systemd/system")
 REAL_SECRETS_DIR = pathlib.Path("/etc/llmfleet/engine_service")
 UNIT_PREFIX = "llmfleet-vllm-"
-
-
-def _safe_chain(path: pathlib.Path):
-    """Every directory from / to ``path`` is root's (or ours) and writable by its owner only."""
-    for folder in [path] + list(path.parents):
-        info = folder.stat()
-        if info.st_uid not in (0, os.geteuid()) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise RuntimeError(
-                "%s (a directory above the role tests' node roots) is %s, owned by uid %d: the node "
-                "roots must not be writable by others. Set LLMFLEET_ROLE_TESTS_DIR to a directory "
-                "whose every parent is root's and 0755." % (folder, stat.filemode(info.st_mode), info.st_uid))
 
 
 def _uid_of(pid: int):
@@ -154,10 +211,7 @@ class Node:
         self.tmp = tmp_path
         self.user = user
         self.tag = secrets.token_hex(3)
-        ROOTS.mkdir(parents=True, exist_ok=True)
-        ROOTS.chmod(0o755)
-        _safe_chain(ROOTS)
-        self.base = pathlib.Path(tempfile.mkdtemp(prefix="node-", dir=str(ROOTS)))
+        self.base = pathlib.Path(tempfile.mkdtemp(prefix="node-", dir=str(roots())))
         self.base.chmod(0o755)
         self.root = self.base / "root"
         self.state = self.base / "systemd-state"

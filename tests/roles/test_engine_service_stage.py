@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 
-from tests.roles.conftest import ANSIBLE_PLAYBOOK, COLLECTIONS, PYTHON, ROOTS
+from tests.roles.conftest import ANSIBLE_PLAYBOOK, COLLECTIONS, PYTHON, roots
 
 PLAYS = [
     {"name": "engine play", "hosts": "all", "gather_facts": False,
@@ -40,8 +40,7 @@ def _run(upstream, tmp_path, hosts, extra=None):
 
 
 def test_a_slow_download_shows_its_progress(upstream, tmp_path):
-    ROOTS.mkdir(parents=True, exist_ok=True)
-    root = ROOTS / ("stage-%s-slow" % tmp_path.name)
+    root = roots() / ("stage-%s-slow" % tmp_path.name)
     upstream.fault("slow", path="/hub-cdn/", delay=3, count=1)
     try:
         rc, out = _run(upstream, tmp_path, {"n1": {"ansible_connection": "local", "ansible_python_interpreter": PYTHON,
@@ -57,11 +56,10 @@ def test_a_slow_download_shows_its_progress(upstream, tmp_path):
 
 
 def test_two_plays_resolve_once_and_fetch_each_file_once_per_node(upstream, tmp_path):
-    ROOTS.mkdir(parents=True, exist_ok=True)
     hosts = {}
     for name in ("n1", "n2"):
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": PYTHON,
-                       "engine_node_root": str(ROOTS / ("stage-%s-%s" % (tmp_path.name, name)))}
+                       "engine_node_root": str(roots() / ("stage-%s-%s" % (tmp_path.name, name)))}
     group = {"engine_service_hf_endpoint": upstream.url + "/hub",
              "engine_service_models": [{"name": "tiny", "model": "llmfleet-test/tiny-chat", "revision": "v1",
                                         "port": 18000}]}
@@ -82,7 +80,7 @@ def test_two_plays_resolve_once_and_fetch_each_file_once_per_node(upstream, tmp_
         per_file = {p: files.count(p) for p in set(files)}
         assert per_file and set(per_file.values()) == {2}, "each node should fetch each file once: %s" % per_file
         for name in hosts:
-            snapshots = ROOTS / ("stage-%s-%s" % (tmp_path.name, name)) / "models" / "models--llmfleet-test--tiny-chat" / "snapshots"
+            snapshots = roots() / ("stage-%s-%s" % (tmp_path.name, name)) / "models" / "models--llmfleet-test--tiny-chat" / "snapshots"
             assert len(list(snapshots.iterdir())) == 1
             assert "commit=%s" % next(snapshots.iterdir()).name in out
     finally:

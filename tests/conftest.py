@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
+import sys
 import urllib.request
 
 import pytest
@@ -24,6 +26,10 @@ def _ensure_collection_link() -> None:
 
 
 _ensure_collection_link()
+# pytest put build/collections on sys.path (pytest.ini) before the link above existed in a fresh
+# clone: forget what the import system cached about that directory.
+sys.path_importer_cache.pop(str(COLLECTIONS), None)
+importlib.invalidate_caches()
 os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(COLLECTIONS))
 
 

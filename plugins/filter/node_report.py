@@ -232,10 +232,46 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
     }
 
 
+def _kept_fallback(node):
+    """Whether auto keeps the build it fell back to on this node, as the role does (``look.yml``): a note
+    of the wanted version says the wanted build failed its GPU check and the build ``current`` points to
+    computes, and the node's driver and GPUs are still those the note names."""
+    if node.get("requested") != "auto":
+        return False
+    uuids = [g.get("uuid") for g in node.get("gpus") or [] if isinstance(g, dict)]
+    for note in node.get("fallback_notes") or []:
+        if (isinstance(note, dict) and _text(note.get("version")) == _text(node.get("wanted_version"))
+                and note.get("from") == node.get("wanted") and note.get("to") == node.get("effective")
+                and _text(note.get("driver_version")) == _text(node.get("driver_version"))
+                and list(note.get("gpus") or []) == uuids):
+            return True
+    return False
+
+
+def _off_wanted(node):
+    """How the engine this node runs (``current``, ``version``, ``effective``) differs from the one its
+    inventory wants (``wanted_version``, ``wanted``), or None. A node whose wanted build is none is not
+    judged: the role installs nothing there and leaves what is on disk."""
+    if node.get("error") is not None or "wanted_version" not in node:
+        return None
+    version, build = _text(node.get("wanted_version")), _text(node.get("wanted"))
+    if build == "none":
+        return None
+    judged = build not in ("", "unknown")
+    wants = "%s (%s)" % (version, build) if judged else version
+    if not node.get("current"):
+        return "runs nothing, the inventory wants %s" % wants
+    if _text(node.get("version")) == version and (not judged or node.get("effective") == build
+                                                   or _kept_fallback(node)):
+        return None
+    return "runs %s, the inventory wants %s" % (_text(node.get("current")), wants)
+
+
 def engine_report_drift(nodes):
-    """The report's nodes, each with ``lock_sha256`` (of the environment ``current`` points to) and
+    """The report's nodes, each with ``lock_sha256`` (of the environment ``current`` points to),
     ``drift``: null, or why this node's packages differ from those of the other nodes that run the
-    same environment on the same architecture (their locks differ)."""
+    same environment on the same architecture (their locks differ), and ``off_wanted``: null, or how
+    the engine it runs differs from the one its inventory wants (another version or build)."""
     if not isinstance(nodes, list):
         raise AnsibleFilterError("engine_report_drift: the input (the report's nodes) must be a list")
     current = {}
@@ -260,7 +296,7 @@ def engine_report_drift(nodes):
                 drift = "%s on %s: this node's lock is %s, but %s %s another" % (
                     _text(env.get("name")), _text(node.get("architecture")), sha[:12], ", ".join(others),
                     "runs" if len(others) == 1 else "run")
-        out.append(dict(node, lock_sha256=sha, drift=drift))
+        out.append(dict(node, lock_sha256=sha, drift=drift, off_wanted=_off_wanted(node)))
     return out
 
 

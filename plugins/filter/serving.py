@@ -31,6 +31,7 @@ _LOOPBACK = re.compile(r"^(127\.[0-9.]+|::1|localhost)$")
 _ANY = ("0.0.0.0", "::", "")
 _DESCRIPTION = re.compile(r"^vLLM serving \S+ \(([^()\s]+)\), managed by llmfleet\.engines$")
 _GPU_UUID = re.compile(r"^(GPU|MIG)-", re.I)
+_COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 
 
 def _slurped(read):
@@ -262,12 +263,37 @@ def _gpu_problems(unit, gpus):
     return out
 
 
-def engine_report_serving(nodes, addresses=None):
+def _wanted_revision(unit, models):
+    """The revision the inventory's entry of this unit's model gives (``engine_service_models``: the entry
+    whose ``name`` is the unit's), or None."""
+    for entry in models or []:
+        if isinstance(entry, dict) and entry.get("name") == unit.get("name"):
+            revision = entry.get("revision")
+            return None if revision is None else str(revision)
+    return None
+
+
+def _off_revision(unit, wanted):
+    """Why the unit serves another revision than the commit its inventory pins, or None. Only a full
+    commit (40 hex digits) is judged: a branch or a tag moves on the hub, which the report does not ask."""
+    if wanted is None or not _COMMIT.match(wanted):
+        return None
+    served = unit.get("revision")
+    if served and str(served).lower() == wanted.lower():
+        return None
+    return "it serves %s, but the inventory pins %s (engine_service_models)" % (
+        "revision %s" % str(served)[:12] if served else "no pinned revision", wanted[:12])
+
+
+def engine_report_serving(nodes, addresses=None, models=None):
     """The report's nodes, each unit of ``serving`` with the GPU problems, ``target`` (the address
-    Prometheus scrapes, or None on loopback), ``metrics`` (that in words), ``state_text`` and ``gate_text``."""
+    Prometheus scrapes, or None on loopback), ``metrics`` (that in words), ``state_text``, ``gate_text``,
+    ``wanted_revision`` (the inventory's) and ``off_wanted`` (null, or how the unit serves another commit
+    than the one its inventory pins; also among its problems)."""
     if not isinstance(nodes, list):
         raise AnsibleFilterError("engine_report_serving: the input (the report's nodes) must be a list")
     addresses = addresses if isinstance(addresses, dict) else {}
+    models = models if isinstance(models, dict) else {}
     out = []
     for node in nodes:
         if not isinstance(node, dict):
@@ -277,7 +303,10 @@ def engine_report_serving(nodes, addresses=None):
         serving = []
         for unit in node.get("serving") or []:
             unit = dict(unit)
-            unit["problems"] = list(unit.get("problems") or []) + _gpu_problems(unit, gpus)
+            unit["wanted_revision"] = _wanted_revision(unit, models.get(host))
+            unit["off_wanted"] = _off_revision(unit, unit["wanted_revision"])
+            unit["problems"] = (list(unit.get("problems") or []) + _gpu_problems(unit, gpus)
+                                + ([unit["off_wanted"]] if unit["off_wanted"] else []))
             unit["target"] = _target(addresses.get(host, host), unit.get("listen"), unit.get("port"))
             if unit["target"]:
                 unit["metrics"] = "http://%s/metrics" % unit["target"]

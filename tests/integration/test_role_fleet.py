@@ -496,24 +496,53 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert (note["from"], note["to"], note["classification"], note["driver_version"]) == ("cu13", "cu129", "no_kernel_image", "580.65.06")
     assert "fallback: vllm 0.20.0 cu129 is current" in run.out and "auto keeps it: cu13 failed its GPU check" in run.out
 
-    # --- check mode with a new version: reports the change, writes nothing --------------------
-    fleet.set_host("h100", engine_node_version="0.15.1")
-    run = fleet.play("site.yml", "--check", "--limit", "h100")
+    # --- check mode with a new version (an extra var; the inventory keeps 0.20.0): reports the
+    # change, writes nothing ------------------------------------------------------------------
+    run = fleet.play("site.yml", "--check", "--limit", "h100", extra={"engine_node_version": "0.15.1"})
     assert run.rc == 0, run
     assert run.recap()["h100"]["changed"] >= 1, run
     assert fleet.snapshot() == before
 
     # --- a new version on h100: installed, the old one kept (engine_node_keep 1) -------------
-    run = fleet.play("site.yml", "--limit", "h100")
+    run = fleet.play("site.yml", "--limit", "h100", extra={"engine_node_version": "0.15.1"})
     assert run.rc == 0, run
     assert fleet.current("h100") == "0.15.1-cu129"   # 0.15.1's PyPI wheel is the CUDA 12.9 build
     assert fleet.envs("h100") == ["0.15.1-cu129", "0.20.0-cu13"]
     assert "RUNNING HANDLER [llmfleet.engines.engine_node : Restart the engine services]" in run.out
 
-    # --- back to 0.20.0: on disk, so instant and without a request ---------------------------
+    # --- the report, with the inventory still at 0.20.0: h100 runs 0.15.1 and is flagged; the
+    # node auto keeps on its fallback build and the node whose build is none are not --------------
+    out = tmp_path / "report"
+    run = fleet.play("report.yml", extra={"engine_report_dir": str(out)})
+    assert run.rc == 0, run
+    report = {n["host"]: n for n in json.loads((out / "fleet.json").read_text())["nodes"]}
+    assert {h: (n["version"], n["wanted_version"], n["current"], n["wanted"], n["off_wanted"])
+            for h, n in report.items()} == {
+        "h100": ("0.15.1", "0.20.0", "0.15.1-cu129", "cu13", "runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)"),
+        "a100": ("0.20.0", "0.20.0", "0.20.0-cu129", "cu129", None),
+        "fallback": ("0.20.0", "0.20.0", "0.20.0-cu129", "cu13", None),
+        "explicit": ("0.20.0", "0.20.0", "0.20.0-cu129", "cu129", None),
+        "off": (None, "0.20.0", "", "none", None),
+    }
+    markdown = (out / "fleet.md").read_text()
+    rows = {row.split("|")[1].strip(): [c.strip() for c in row.split("|")[1:-1]]
+            for row in markdown.splitlines() if row.startswith("| ") and not row.startswith("| node")}
+    assert {h: r[6] for h, r in rows.items()} == {
+        "a100": "0.20.0", "explicit": "0.20.0", "fallback": "0.20.0", "h100": "0.15.1 (wants 0.20.0)", "off": "-"}
+    assert all(len(r) == 11 for r in rows.values()), rows
+    assert "**1 node off what the inventory wants:**\n\n- h100: runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)\n" \
+        in markdown, markdown
+    html = (out / "fleet.html").read_text()
+    assert html.count('class="differs"') == 1, html
+    h100_row = html.split("<td>h100</td>")[0].rsplit("<tr", 1)[1]
+    assert 'class="differs" title="runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)"' in h100_row, html
+    assert '<td class="bad">0.15.1 (wants 0.20.0)</td>' in html
+    assert ('<li><strong>h100</strong>: <span class="bad">runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)'
+            '</span></li>') in html
+
+    # --- back to 0.20.0, the inventory's: on disk, so instant and without a request ----------
     upstream.clear_log()
     uv_index.requests.clear()
-    fleet.set_host("h100", engine_node_version="0.20.0")
     run = fleet.play("site.yml", "--limit", "h100")
     assert run.rc == 0, run
     assert fleet.current("h100") == "0.20.0-cu13"
@@ -720,7 +749,9 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
         assert (node["requested"], node["wanted"], node["effective"], node["driver_version"]) == (
             requested, wanted, effective, driver), node
         assert [g["name"] for g in node["gpus"]] == gpus
-        assert node["version"] == "0.20.0"
+        # the version it runs (none on the node whose build is none), the inventory's, and no flag
+        assert (node["version"], node["wanted_version"], node["off_wanted"]) == (
+            None if host == "off" else "0.20.0", "0.20.0", None), node
         on_disk = fleet.envs(host)
         assert [e["name"] for e in node["environments"]] == on_disk
         assert [e["name"] for e in node["environments"] if e["current"]] == ([fleet.current(host)] if on_disk else [])
@@ -742,6 +773,7 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     assert not re.search(r"<script|<link|src=|url\(|@import|https?://", html), "the page must not load anything"
     for host in ("a100", "h100", "off"):
         assert f"<td>{host}</td>" in html
+    assert 'class="differs"' not in html and "off what the inventory wants" not in html + markdown
 
 
 def other_os_python(tmp: pathlib.Path, name: str, glibc: str | None = None, arch: str | None = None) -> str:

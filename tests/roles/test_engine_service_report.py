@@ -1,7 +1,8 @@
 """playbooks/report.yml on a node that serves a pinned model (engine_service against the fake systemd
 and the fake hub): the serving state (unit active, no restarts, the last gate's figures, the commit),
-the Prometheus targets file, parsed and scraped; then a crash that systemd restarts shows up as a
-problem. The units run without uvicorn's access log and without prompts in the journal."""
+the Prometheus targets file, parsed and scraped; an inventory that pins another commit than the unit
+serves shows up as a problem; then a crash that systemd restarts shows up as a problem. The units
+run without uvicorn's access log and without prompts in the journal."""
 
 from __future__ import annotations
 
@@ -88,6 +89,21 @@ def test_report_shows_the_serving_state_and_prometheus_targets(node, upstream, t
     assert len(row) == 1 and "| active (running) |" in row[0] and "| %s |" % commit[:12] in row[0], files["fleet.md"]
     assert "| none |" in row[0] and "one token" in row[0]
     assert "<h2>Models served</h2>" in files["fleet.html"] and unit in files["fleet.html"]
+    # pinned to a branch: the report cannot tell offline whether the commit is still its head
+    assert (state["wanted_revision"], state["off_wanted"]) == ("v1", None)
+
+    # the inventory now pins another commit than the one the unit serves (site.yml not run yet)
+    other = "f" * 40 if commit != "f" * 40 else "e" * 40
+    node.models = [dict(models[0], revision=other)]
+    _run, files = report(node, tmp_path, "report-other-pin")
+    node.models = models
+    (state,) = json.loads(files["fleet.json"])["nodes"][0]["serving"]
+    off = "it serves revision %s, but the inventory pins %s (engine_service_models)" % (commit[:12], other[:12])
+    assert (state["revision"], state["wanted_revision"], state["off_wanted"]) == (commit, other, off)
+    assert state["problems"] == [off]
+    assert "| %s (wants %s) |" % (commit[:12], other[:12]) in files["fleet.md"] and off in files["fleet.md"]
+    assert '<td class="build bad">%s (wants %s)</td>' % (commit[:12], other[:12]) in files["fleet.html"]
+    assert off in files["fleet.html"]
 
     # the gate's /health, the scrape above and the completion: no access log line, no prompt
     journal = node.journal(unit)

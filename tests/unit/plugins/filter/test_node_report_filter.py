@@ -373,11 +373,79 @@ def test_report_drift():
         ("d", "3" * 64, None),
         ("e", None, None)]
     assert out[4]["error"] == "no answer from this node (unreachable or failed)"
+    assert [n["off_wanted"] for n in out] == [None] * 5  # not judged without wanted_version
 
 
 def test_report_without_drift():
     out = FILTERS["engine_report_drift"]([state("a", "1" * 64), state("b", "1" * 64, name="0.20.0-cu129")])
     assert [n["drift"] for n in out] == [None, None]
+
+
+# off_wanted: the engine a node runs against the one its inventory wants (state.yml's fields)
+H100_UUID = "GPU-3b2f6c1e-0000-1111-2222-333344445555"
+
+
+def running(current="0.20.0-cu13", wanted_version="0.20.0", wanted="cu13", requested="auto", **kw):
+    version, _, build = (current or "").rpartition("-")
+    node = {"host": "gpu07", "architecture": "x86_64", "current": current, "version": version or None,
+            "effective": build or "none", "wanted_version": wanted_version, "wanted": wanted, "requested": requested,
+            "driver_version": "580.65.06", "gpus": [{"uuid": H100_UUID}], "fallback_notes": [],
+            "environments": [{"name": current, "current": True, "lock_sha256": None}] if current else []}
+    node.update(kw)
+    return node
+
+
+NOTE = {"version": "0.20.0", "from": "cu13", "to": "cu129", "classification": "no_kernel_image",
+        "driver_version": "580.65.06", "gpus": [H100_UUID], "at": "2026-06-12T10:00:00Z"}
+
+
+@pytest.mark.parametrize("node, off", [
+    (running(), None),
+    # another version, given as an extra var at the last converge (the inventory still says 0.20.0)
+    (running("0.33.0-cu13"), "runs 0.33.0-cu13, the inventory wants 0.20.0 (cu13)"),
+    # another build (engine_build.yml not run, or -e engine_node_build=cu129)
+    (running("0.20.0-cu129"), "runs 0.20.0-cu129, the inventory wants 0.20.0 (cu13)"),
+    # both
+    (running("0.15.1-cu129"), "runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)"),
+    (running("0.15.1-cu129", requested="cu13"), "runs 0.15.1-cu129, the inventory wants 0.20.0 (cu13)"),
+    # nothing current: off when the inventory wants an engine, not when its build is none
+    (running(None), "runs nothing, the inventory wants 0.20.0 (cu13)"),
+    (running(None, wanted="none", requested="none"), None),
+    (running(None, wanted="none", why="no build of vLLM 0.20.0 runs on this node"), None),
+    # build none: the role leaves what is on disk; not judged
+    (running("0.15.1-cu129", wanted="none", requested="none"), None),
+    # no plan: the version alone is judged
+    (running("0.20.0-cu129", wanted="unknown"), None),
+    (running("0.33.0-cu13", wanted="unknown"), "runs 0.33.0-cu13, the inventory wants 0.20.0"),
+    # auto keeps the build it fell back to while the driver and GPUs are those of its note, as the role does
+    (running("0.20.0-cu129", fallback_notes=[NOTE]), None),
+    (running("0.20.0-cu129", fallback_notes=[dict(NOTE, driver_version="590.10.01")]),
+     "runs 0.20.0-cu129, the inventory wants 0.20.0 (cu13)"),
+    (running("0.20.0-cu129", fallback_notes=[dict(NOTE, gpus=["GPU-other"])]),
+     "runs 0.20.0-cu129, the inventory wants 0.20.0 (cu13)"),
+    (running("0.20.0-cu129", fallback_notes=[dict(NOTE, version="0.15.1")]),
+     "runs 0.20.0-cu129, the inventory wants 0.20.0 (cu13)"),
+    (running("0.20.0-cu129", requested="cu13", fallback_notes=[NOTE]),
+     "runs 0.20.0-cu129, the inventory wants 0.20.0 (cu13)"),
+    # a node that did not answer, or a state without the inventory's version: not judged
+    ({"host": "gone", "error": "no answer from this node (unreachable or failed)"}, None),
+    ({"host": "old", "current": "0.33.0-cu13", "version": "0.20.0", "wanted": "cu13", "effective": "cu13"}, None),
+])
+def test_report_flags_a_node_off_what_its_inventory_wants(node, off):
+    (out,) = FILTERS["engine_report_drift"]([node])
+    assert out["off_wanted"] == off
+    assert out["drift"] is None
+
+
+def test_report_off_wanted_does_not_hide_drift():
+    nodes = [running("0.33.0-cu13", environments=[{"name": "0.33.0-cu13", "current": True, "lock_sha256": "1" * 64}]),
+             running("0.33.0-cu13", host="gpu08",
+                     environments=[{"name": "0.33.0-cu13", "current": True, "lock_sha256": "2" * 64}])]
+    out = FILTERS["engine_report_drift"](nodes)
+    assert [n["off_wanted"] for n in out] == ["runs 0.33.0-cu13, the inventory wants 0.20.0 (cu13)"] * 2
+    assert [n["drift"] for n in out] == [
+        "0.33.0-cu13 on x86_64: this node's lock is 111111111111, but gpu08 (222222222222) runs another",
+        "0.33.0-cu13 on x86_64: this node's lock is 222222222222, but gpu07 (111111111111) runs another"]
 
 
 # --- engine_node_fleet_errors -----------------------------------------------------------------

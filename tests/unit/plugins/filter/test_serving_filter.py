@@ -189,6 +189,37 @@ def test_report_skips_the_gpu_check_when_the_node_was_not_probed():
     assert out["serving"][0]["problems"] == []
 
 
+OTHER = "fedcba9876543210fedcba9876543210fedcba98"
+
+
+@pytest.mark.parametrize("served, wanted, off", [
+    (COMMIT, COMMIT, None),
+    (COMMIT, COMMIT.upper(), None),
+    (COMMIT, OTHER, "it serves revision 0123456789ab, but the inventory pins fedcba987654 (engine_service_models)"),
+    (None, OTHER, "it serves no pinned revision, but the inventory pins fedcba987654 (engine_service_models)"),
+    # a branch, a tag or a short commit moves or cannot be told offline: not judged
+    (COMMIT, "main", None),
+    (COMMIT, "v1", None),
+    (COMMIT, OTHER[:12], None),
+    (COMMIT, None, None),
+])
+def test_report_flags_a_unit_off_the_commit_its_inventory_pins(served, wanted, off):
+    entry = node(revision=served)
+    model = dict(QWEN, revision=wanted) if wanted is not None else QWEN
+    (out,) = F["engine_report_serving"]([entry], {}, {"gpu07": [{"name": "other", "revision": COMMIT}, model]})
+    unit = out["serving"][0]
+    assert (unit["wanted_revision"], unit["off_wanted"]) == (wanted, off)
+    assert unit["problems"] == ([off] if off else [])
+
+
+def test_report_leaves_a_unit_its_inventory_does_not_list_unjudged():
+    for models in (None, {}, {"gpu07": []}, {"gpu08": [dict(QWEN, revision=COMMIT)]},
+                   {"gpu07": [dict(QWEN, name="other", revision=COMMIT)]}):
+        (out,) = F["engine_report_serving"]([node(revision="e" * 40)], {}, models)
+        unit = out["serving"][0]
+        assert (unit["wanted_revision"], unit["off_wanted"], unit["problems"]) == (None, None, []), models
+
+
 @pytest.mark.parametrize("listen, address, target", [
     ("0.0.0.0", "10.0.0.7", "10.0.0.7:8000"),
     ("::", "gpu07.example", "gpu07.example:8000"),

@@ -123,11 +123,31 @@ def _path_problem(value):
     return None
 
 
+def _service_tree_problem(value, root):
+    """None when ``value`` (a path the service writes: HOME, HF_HOME, the caches) lies in one of the
+    service user's own trees below ``root`` (``<root>/serve``, ``<root>/cache/<name>`` but uv's), else
+    why not: root makes these directories for the service user (llmfleet.engines.service_dirs) and
+    hands it nothing of its own, so a path value must not name one of root's directories."""
+    if not isinstance(root, str) or _path_problem(root):
+        return None  # the root's own problem is reported on its own
+    top = root.rstrip("/")
+    path = value.rstrip("/")
+    serve, cache = top + "/serve", top + "/cache"
+    if path == serve or path.startswith(serve + "/"):
+        return None
+    if path.startswith(cache + "/"):
+        first = path[len(cache) + 1:].split("/")[0]
+        if first not in ("uv", "uv.lock"):
+            return None
+    return ("a directory in %s or %s/<name> (not %s/uv, root's): the service user owns what it writes, and root"
+            " makes those directories for it only there" % (serve, cache, cache))
+
+
 def _scalar(value):
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
-def _environment_problems(env, where, secret=False):
+def _environment_problems(env, where, secret=False, root=None):
     """Problems of an environment mapping (``where`` is its variable path)."""
     if not isinstance(env, dict):
         return ["%s is %s, allowed: a mapping of environment variable names to values"
@@ -160,6 +180,8 @@ def _environment_problems(env, where, secret=False):
         elif key in PATH_NAMES and _path_problem(value):
             out.append("%s is %s, allowed: %s (the service writes there: ReadWritePaths=)"
                        % (item, _json(value), _path_problem(value)))
+        elif key in PATH_NAMES and _service_tree_problem(value, root):
+            out.append("%s is %s, allowed: %s" % (item, _json(value), _service_tree_problem(value, root)))
     return out
 
 
@@ -250,7 +272,7 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
             for option in sorted({_arg_sets(a, SECRET_ARGS) for a in args} - {None}):
                 out.append("%s.args sets %s, which would put a secret in the world-readable unit and in argv:"
                            " use %s (a root-only EnvironmentFile)" % (item, option, SECRET_ARGS[option]))
-        out.extend(_environment_problems(entry.get("environment", {}), item + ".environment"))
+        out.extend(_environment_problems(entry.get("environment", {}), item + ".environment", root=root))
         if "revision" in entry:
             out.extend(_revision_problems(entry, item))
         if "api_key" in entry:
@@ -362,7 +384,7 @@ def _role_problems(environment, secret_environment, api_key, hf_token, root, use
     """Problems of the role variables that reach the units (each checked only when given)."""
     out = []
     if environment is not None:
-        out.extend(_environment_problems(environment, "variable engine_service_environment"))
+        out.extend(_environment_problems(environment, "variable engine_service_environment", root=root))
     if secret_environment is not None:
         out.extend(_environment_problems(secret_environment, "variable engine_service_secret_environment",
                                          secret=True))
@@ -374,6 +396,13 @@ def _role_problems(environment, secret_environment, api_key, hf_token, root, use
     for value, variable in ((root, "engine_service_root"), (secrets_dir, "engine_service_secrets_dir")):
         if value is not None and _path_problem(value):
             out.append("variable %s is %s, allowed: %s" % (variable, _json(value), _path_problem(value)))
+    if (isinstance(secrets_dir, str) and isinstance(root, str) and not _path_problem(secrets_dir)
+            and not _path_problem(root)):
+        top, secret = root.rstrip("/"), secrets_dir.rstrip("/")
+        if secret == top or any(secret == t or secret.startswith(t + "/") for t in (top + "/serve", top + "/cache")):
+            out.append("variable engine_service_secrets_dir is %s, allowed: a directory outside %s/serve and %s/cache"
+                       " (the service user's trees: it could read or replace the secret files there)"
+                       % (_json(secrets_dir), top, top))
     if user is not None and (not isinstance(user, str) or not _USER_RE.fullmatch(user)):
         out.append("variable engine_service_user is %s, allowed: a system user name (1-32 of a-z, 0-9, _ and -,"
                    " starting with a letter or _)" % _json(user))

@@ -124,11 +124,12 @@ def test_no_command_of_the_role_has_the_password_or_a_hash_in_its_argv():
 
 
 def test_devpi_data_is_the_service_users_alone():
-    task = _task("Make the cache's directories")
-    modes = {item["path"]: (item["owner"], item["mode"]) for item in task["loop"]}
-    assert modes["{{ engine_cache_root }}/server"] == ("llmfleet-devpi", "0700")
-    assert modes["{{ engine_cache_root }}"] == ("root", "0755")
-    assert task["ansible.builtin.file"]["mode"] == "{{ item.mode }}"
+    top = _task("Make the cache's root directory (root's)")["ansible.builtin.file"]
+    assert (top["path"], top["owner"], top["mode"]) == ("{{ engine_cache_root }}", "root", "0755")
+    data = _task("Make devpi's data directory (its service user's alone, made without following links)")
+    data = data["llmfleet.engines.service_dirs"]
+    assert (data["root"], data["paths"], data["owner"], data["mode"]) == (
+        "{{ engine_cache_root }}", ["{{ engine_cache_root }}/server"], "llmfleet-devpi", "0700")
     unit = (ROLE / "templates" / "llmfleet-devpi.service.j2").read_text()
     assert "\nUMask=0077\n" in unit and "\nUser=llmfleet-devpi\n" in unit
-    assert stat.S_IMODE(int(modes["{{ engine_cache_root }}/server"][1], 8)) & 0o077 == 0
+    assert stat.S_IMODE(int(data["mode"], 8)) & 0o077 == 0

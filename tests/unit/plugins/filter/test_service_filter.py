@@ -400,12 +400,41 @@ def test_unit_settings_from_the_role_variables():
 
 
 def test_a_cache_moved_by_the_environment_is_writable_and_made():
-    (unit,) = units([dict(QWEN, environment={"HF_HOME": "/data/hf/"})], environment={"HOME": "/srv/home"})
-    assert '"HF_HOME=/data/hf/"' in unit["environment"] and '"HOME=/srv/home"' in unit["environment"]
-    assert unit["writable_dirs"] == ["/opt/llmfleet/serve", "/data/hf", "/opt/llmfleet/cache/flashinfer/0.20.0-cu13",
-                                     "/opt/llmfleet/cache/triton/0.20.0-cu13", "/opt/llmfleet/cache/vllm/0.20.0-cu13",
-                                     "/opt/llmfleet/cache/xdg/0.20.0-cu13", "/srv/home"]
-    assert "/data/hf" in unit["cache_dirs"]
+    (unit,) = units([dict(QWEN, environment={"HF_HOME": "/opt/llmfleet/cache/hf/"})],
+                    environment={"HOME": "/opt/llmfleet/serve/home"})
+    assert '"HF_HOME=/opt/llmfleet/cache/hf/"' in unit["environment"]
+    assert '"HOME=/opt/llmfleet/serve/home"' in unit["environment"]
+    assert unit["writable_dirs"] == ["/opt/llmfleet/serve", "/opt/llmfleet/cache/flashinfer/0.20.0-cu13",
+                                     "/opt/llmfleet/cache/hf", "/opt/llmfleet/cache/triton/0.20.0-cu13",
+                                     "/opt/llmfleet/cache/vllm/0.20.0-cu13", "/opt/llmfleet/cache/xdg/0.20.0-cu13",
+                                     "/opt/llmfleet/serve/home"]
+    assert "/opt/llmfleet/cache/hf" in unit["cache_dirs"]
+
+
+# Root hands the service user only directories in its own trees (<root>/serve, <root>/cache/<name>):
+# a path value naming one of root's directories, or one outside <root>, is refused before anything runs.
+@pytest.mark.parametrize("key, value", [
+    ("HOME", "/opt/llmfleet/cache"), ("HOME", "/opt/llmfleet"), ("HF_HOME", "/opt/llmfleet/engines/vllm"),
+    ("XDG_CACHE_HOME", "/etc/systemd/system"), ("VLLM_CACHE_ROOT", "/opt/llmfleet/cache/uv"),
+    ("TRITON_CACHE_DIR", "/opt/llmfleet/cache/uv/sub"), ("HF_HOME", "/data/hf"), ("HOME", "/opt/llmfleet/models"),
+])
+def test_a_path_value_outside_the_service_trees_is_refused(key, value):
+    for where, kwargs in (("variable engine_service_environment", {"environment": {key: value}}),
+                          ("variable engine_service_models[0].environment", {})):
+        models = [dict(QWEN, environment={key: value})] if not kwargs else [QWEN]
+        found = F["engine_service_problems"](models, root="/opt/llmfleet", **kwargs)
+        assert found == ['%s.%s is "%s", allowed: a directory in /opt/llmfleet/serve or /opt/llmfleet/cache/<name>'
+                         ' (not /opt/llmfleet/cache/uv, root\'s): the service user owns what it writes, and root makes'
+                         ' those directories for it only there' % (where, key, value)], found
+
+
+@pytest.mark.parametrize("secrets_dir", ["/opt/llmfleet/serve/secrets", "/opt/llmfleet/cache/x", "/opt/llmfleet"])
+def test_a_secrets_dir_in_the_service_users_trees_is_refused(secrets_dir):
+    found = F["engine_service_problems"]([QWEN], root="/opt/llmfleet", secrets_dir=secrets_dir)
+    assert found == ['variable engine_service_secrets_dir is "%s", allowed: a directory outside /opt/llmfleet/serve'
+                     ' and /opt/llmfleet/cache (the service user\'s trees: it could read or replace the secret files'
+                     ' there)' % secrets_dir], found
+    assert F["engine_service_problems"]([QWEN], root="/opt/llmfleet", secrets_dir="/opt/llmfleet/secrets") == []
 
 
 @pytest.mark.parametrize("shutdown_timeout", [0, 1, 30, "45", 600, 3600])

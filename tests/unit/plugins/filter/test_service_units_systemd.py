@@ -48,7 +48,7 @@ CASES = {
         {"environment": {"G": 'x "y" %h $Z \\', "CUDA_VISIBLE_DEVICES": "0,1"}}),
     "odd-but-valid-names-and-paths": (
         [{"name": "a-1", "model": "/srv/models/Qwen 3 (8B) %1 $x", "port": "8001", "args": [0.9, 8192],
-          "environment": {"HF_HOME": "/data/hf+1@x", "_": "x"}, "api_key": "PLANTED-key"},
+          "environment": {"HF_HOME": "/opt/ll+fleet@2/cache/hf+1@x", "_": "x"}, "api_key": "PLANTED-key"},
          {"name": "0b", "model": "org/m", "port": 65535}],
         {"root": "/opt/ll+fleet@2", "env_name": "0.20.0+cu13.dev1_x", "host": "::", "shutdown_timeout": 0,
          "user": "_svc-1", "ready_timeout": 1, "limit_nofile": 1048576, "secrets_dir": "/etc/llm+s",

@@ -372,6 +372,16 @@ def engine_node_problems(options, values):
     return out
 
 
+def engine_report_md_cell(value):
+    """``value`` as the text of one Markdown table cell: HTML's special characters escaped (a Markdown
+    page renders raw HTML: a model path with ``<script>`` must stay text), ``|`` escaped (it would end
+    the cell), backslashes kept, line breaks made spaces (they would end the row)."""
+    text = "" if value is None else _text(value)
+    text = text.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = text.replace("|", "\\|").replace("`", "\\`")
+    return re.sub(r"[\r\n]+", " ", text)
+
+
 class FilterModule:
     """llmfleet.engines filters for what the engine_node role reports."""
 
@@ -384,5 +394,6 @@ class FilterModule:
             "engine_node_attempt_why": engine_node_attempt_why,
             "engine_node_lock_item": engine_node_lock_item,
             "engine_report_drift": engine_report_drift,
+            "engine_report_md_cell": engine_report_md_cell,
             "engine_node_problems": engine_node_problems,
         }

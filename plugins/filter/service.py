@@ -619,7 +619,8 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
 
 def engine_service_secret_file(model, api_key="", hf_token="", secret_environment=None):
     """The text of the root-only EnvironmentFile= of one model (an entry of ``engine_service_models``):
-    ``VLLM_API_KEY`` (the model's ``api_key``, else ``api_key``), ``HF_TOKEN`` (``hf_token``) and
+    ``VLLM_API_KEY`` (the model's ``api_key``, else ``api_key``), ``HF_TOKEN`` (``hf_token``; not for a
+    pinned model, which is served offline from what the role staged) and
     ``secret_environment``, each value double-quoted for systemd's parser. Empty values are left out; the
     file is written even then (the unit requires it). Never shows a secret in an error."""
     if not isinstance(model, dict):
@@ -631,7 +632,9 @@ def engine_service_secret_file(model, api_key="", hf_token="", secret_environmen
                                                  api_key=api_key, hf_token=hf_token)]
     _fail("engine_service_secret_file", problems)
     values = dict(secret_environment or {})
-    if hf_token:
+    # A pinned model is staged by the role and served offline (HF_HUB_OFFLINE=1): its unit, vLLM and
+    # any remote code it runs get no token to read from /proc/<pid>/environ.
+    if hf_token and "revision" not in model:
         values["HF_TOKEN"] = hf_token
     key = model.get("api_key") or api_key
     if key:

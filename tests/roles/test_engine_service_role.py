@@ -92,14 +92,21 @@ def test_a_version_that_does_not_serve_is_rolled_back(node):
     unit = node.unit(model)
     failing = {"engine_service_environment": {"FAKE_VLLM_SERVE_FAIL": "start",
                                               "FAKE_VLLM_SERVE_FAIL_VERSIONS": "0.15.1"}}
-    first = node.play(extra_vars=failing)
+    first = node.play(extra_vars=dict(failing, engine_service_api_key="key-before"))
     assert first.rc == 0, first.explain()
+    secret = node.secrets_dir / ("%s.env" % unit)
+    kept = secret.read_bytes()
     node.make_env(*NEW.split("-"))
 
-    run = node.play(pending=NEW, current=OLD, extra_vars=failing)
+    # the upgrade also changes the API key: the rollback puts the secret file back as it was, root-only
+    run = node.play(pending=NEW, current=OLD, extra_vars=dict(failing, engine_service_api_key="key-after"))
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
     assert "fake start failure" in run.output, "the failure does not quote the journal"
     assert node.current() == OLD
+    assert secret.read_bytes() == kept and b"key-before" in kept
+    info = secret.stat()
+    assert (info.st_uid, info.st_gid, oct(info.st_mode & 0o7777)) == (0, 0, "0o600"), "the secret file put back is readable"
+    assert "key-after" not in run.output and "key-before" not in run.output
     assert run.result["rolled_back"] and run.result["current"] == OLD, run.result
     assert node.show(unit, "ActiveState")["ActiveState"] == "active"
     assert served_version(model["port"]) == "0.11.2"

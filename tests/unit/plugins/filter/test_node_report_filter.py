@@ -28,7 +28,7 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 def test_each_filter_has_its_documentation_file():
     assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_error", "engine_node_fleet_errors",
                                "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
-                               "engine_report_drift"]
+                               "engine_report_drift", "engine_report_md_cell"]
     for name in FILTERS:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
         assert doc["DOCUMENTATION"]["name"] == name
@@ -502,3 +502,40 @@ def test_fleet_errors_without_a_lock_item_read_no_warm_result():
 def test_fleet_errors_refuse_what_is_not_the_role_s(args, what):
     with pytest.raises(AnsibleFilterError, match=what):
         fleet_errors(*args)
+
+
+HOSTILE = "<script>alert(1)</script>|x`y\\z\nnext | row"
+
+
+def test_md_cell_escapes_html_pipes_and_line_breaks():
+    cell = node_report.engine_report_md_cell
+    assert cell(HOSTILE) == "&lt;script&gt;alert(1)&lt;/script&gt;\\|x\\`y\\\\z next \\| row"
+    assert cell(None) == "" and cell(3) == "3" and cell("a & b") == "a &amp; b"
+
+
+def _render_md(nodes):
+    """fleet.md as report.yml writes it: the real template, with the collection's filters."""
+    import jinja2
+
+    repo = pathlib.Path(__file__).resolve().parents[4]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(repo / "playbooks" / "templates")),
+                             trim_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters["llmfleet.engines.engine_report_md_cell"] = node_report.engine_report_md_cell
+    env.filters["flatten"] = lambda lists: [x for sub in lists for x in sub]
+    return env.get_template("engine_report.md.j2").render(engine_report={"generated": "now", "nodes": nodes})
+
+
+def test_the_markdown_report_keeps_hostile_values_inside_their_cells():
+    unit = {"name": "chat", "model": HOSTILE, "unit": "llmfleet-vllm-chat.service", "state_text": "active",
+            "environment": "0.20.0-cu13", "revision": None, "gpus": None, "restarts": 0, "gate_text": "-",
+            "metrics": "-", "problems": [HOSTILE], "active": "active", "sub": "running", "target": None}
+    node = {"host": "n1", "gpus": [], "driver_version": None, "requested": "auto", "wanted": "cu13",
+            "effective": "cu13", "version": "0.20.0", "wanted_version": "0.20.0", "environments": [],
+            "gpu_check": None, "lock_sha256": None, "drift": None, "off_wanted": HOSTILE, "serving": [unit]}
+    text = _render_md([node, {"host": "n2|<b>", "error": HOSTILE, "serving": []}])
+    assert "<script>" not in text and "<b>" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| node")]
+    assert len(rows) == 3, text  # two nodes and one unit: the line break in the value made no row
+    for row in rows:
+        cells = [c for c in __import__("re").split(r"(?<!\\)\|", row)[1:-1]]
+        assert len(cells) == 11, row  # every | in a value is escaped

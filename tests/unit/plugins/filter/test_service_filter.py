@@ -681,3 +681,13 @@ def test_model_pins_are_distinct_and_sorted():
     assert F["engine_service_model_pins"]([QWEN]) == []
     with pytest.raises(AnsibleFilterError):
         F["engine_service_model_pins"]("Qwen/Qwen3-8B")
+
+
+def test_the_hub_token_reaches_only_the_units_that_fetch_from_the_hub():
+    """A pinned model is staged by the role and served offline: its unit's environment (and so vLLM,
+    remote code, /proc/<pid>/environ) holds no hub token. An unpinned one fetches at start: it has it."""
+    pinned = dict(QWEN, revision="main")
+    assert "HF_TOKEN" not in F["engine_service_secret_file"](pinned, "key", "hf_PLANTED")
+    assert "hf_PLANTED" not in F["engine_service_secret_file"](pinned, "key", "hf_PLANTED")
+    assert 'HF_TOKEN="hf_PLANTED"' in F["engine_service_secret_file"](QWEN, "key", "hf_PLANTED")
+    assert 'VLLM_API_KEY="key"' in F["engine_service_secret_file"](pinned, "key", "hf_PLANTED")

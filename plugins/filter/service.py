@@ -645,6 +645,21 @@ def engine_service_secret_file(model, api_key="", hf_token="", secret_environmen
     return "\n".join(lines) + "\n"
 
 
+def engine_service_lock_age(stats, now):
+    """Seconds since a rollout lock was last touched, from the ``stat`` results of its holder file and
+    of its directory (in that order; more results are ignored): the holder's age, else (a run that
+    died between making the directory and writing the holder) the directory's; -1 when there is
+    no lock."""
+    if not isinstance(stats, list) or len(stats) < 2:
+        raise AnsibleFilterError("engine_service_lock_age: the input must be the stat results of the holder file"
+                                 " and of the lock directory")
+    for result in stats[:2]:
+        info = (result or {}).get("stat") or {}
+        if info.get("exists"):
+            return max(float(now) - float(info.get("mtime") or 0), 0.0)
+    return -1.0
+
+
 def engine_service_unit_states(text):
     """``systemctl show -p Id -p LoadState -p ActiveState -p SubState UNIT...`` -> ``{unit: {...}}``."""
     out = {}
@@ -715,6 +730,7 @@ class FilterModule:
             "engine_service_model_pins": engine_service_model_pins,
             "engine_service_secret_file": engine_service_secret_file,
             "engine_service_unit_states": engine_service_unit_states,
+            "engine_service_lock_age": engine_service_lock_age,
             "engine_service_says": engine_service_says,
             "engine_service_failure": engine_service_failure,
             "engine_service_gate_figures": engine_service_gate_figures,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import socket
 import time
@@ -201,6 +202,17 @@ def test_a_run_fails_naming_the_lock_holder_and_takes_over_a_stale_lock(node):
     assert [w for w in run.result["warnings"] if "took over the rollout lock" in w], run.result
     assert node.current() == NEW and served_version(model["port"]) == "0.15.1"
     assert not lock.exists(), "the run left the lock it took over"
+    assert not pathlib.Path(str(lock) + ".takeover").exists(), "the run left its take-over lock"
+
+    # a run that died between making the lock and writing its holder: the directory's age counts
+    # (back to OLD, still on disk: engine_node_keep 1)
+    lock.mkdir(mode=0o700)
+    os.utime(lock, (an_hour_ago, an_hour_ago))
+    back = node.play(pending=OLD, current=NEW,
+                     extra_vars=dict(hooks(), engine_service_lock_wait=0, engine_service_lock_stale=60))
+    assert back.rc == 0, back.explain()
+    assert [w for w in back.result["warnings"] if "took over the rollout lock" in w], back.result
+    assert node.current() == OLD and not lock.exists()
 
 
 def test_a_change_that_failed_is_noted_and_not_tried_again_unless_asked(node):

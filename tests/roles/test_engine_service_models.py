@@ -130,12 +130,15 @@ def test_a_revision_that_does_not_serve_rolls_back_to_the_previous_one(node, hub
     v1, main = commit_of(hub, "v1"), commit_of(hub, "main")
     first = pinned(node, "v1")
     unit = node.unit(first[0])
-    assert node.play(first, extra_vars=hub_vars(hub, tmp_path)).rc == 0
+    # keep 1: staging main must still keep v1, which the unit serves and a rollback returns to
+    keep_one = dict(hub_vars(hub, tmp_path), engine_service_model_keep=1)
+    assert node.play(first, extra_vars=keep_one).rc == 0
 
     failing = [dict(first[0], revision="main", environment={"FAKE_VLLM_SERVE_FAIL": "start"})]
-    run = node.play(failing, extra_vars=hub_vars(hub, tmp_path))
+    run = node.play(failing, extra_vars=keep_one)
     assert run.rc != 0
     assert run.result["rolled_back"], run.result
+    assert (snapshot_dir(node, v1) / "model.safetensors").is_file(), "staging pruned the snapshot the unit served"
     assert "--revision %s" % v1 in exec_start(node, unit), "the previous revision's unit was not put back"
     assert node.show(unit, "ActiveState")["ActiveState"] == "active"
     journal = node.journal(unit)

@@ -125,14 +125,37 @@ def test_a_failed_drain_stops_nothing(node):
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
     error = run.result["error"] or ""
     assert "draining the node failed" in error and "nothing was stopped" in error, error
+    assert "the undrain tasks put it back in rotation" in error, error
     assert run.verbs(*STARTING) == [], run.calls
-    assert lb_calls(run, "undrain") == [], run.calls
+    assert lb_calls(run, "undrain") == [["fake-lb", "undrain", unit]], run.calls
     assert node.main_pid(unit) == pid and served_version(model["port"]) == "0.11.2"
     assert node.current() == OLD
     assert not run.result["rolled_back"], run.result
     assert run.result["current"] == OLD, "engine_service_result.current is %r; current points at %s" % (
         run.result["current"], OLD)
     assert node.envs() == [OLD, NEW]
+
+
+def test_a_drain_that_fails_after_taking_the_node_out_puts_it_back(node):
+    model, unit = serve_old(node)
+    first = node.play()
+    assert first.rc == 0, first.explain()
+    pid = node.main_pid(unit)
+    node.make_env(*NEW.split("-"))
+
+    run = node.play(pending=NEW, current=OLD, extra_vars=hooks(drain="drain_half.yml"))
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    error = run.result["error"] or ""
+    assert "nothing was stopped" in error and "put it back in rotation" in error, error
+    verbs = [c[1] for c in lb_calls(run)]
+    assert verbs == ["drain", "fail", "undrain"], run.calls
+    assert node.marker(unit) == "in-service", "the node was left out of rotation"
+    assert run.verbs(*STARTING) == [] and node.main_pid(unit) == pid and node.current() == OLD
+
+    # the undrain fails too: said, the node may be out of rotation
+    run = node.play(pending=NEW, current=OLD, extra_vars=hooks(drain="drain_half.yml", undrain="drain_fail.yml"))
+    assert run.rc != 0
+    assert "the undrain tasks failed too" in (run.result["error"] or ""), run.result
 
 
 def test_a_model_taken_out_is_drained_stopped_and_removed_and_the_others_keep_serving(node):

@@ -41,7 +41,8 @@ def _run(upstream, tmp_path, hosts, extra=None):
 
 def test_a_slow_download_shows_its_progress(upstream, tmp_path):
     root = roots() / ("stage-%s-slow" % tmp_path.name)
-    upstream.fault("slow", path="/hub-cdn/", delay=3, count=1)
+    # long enough for a poll to see it on a loaded machine (each poll is a few ansible tasks)
+    upstream.fault("slow", path="/hub-cdn/", delay=8, count=1)
     try:
         rc, out = _run(upstream, tmp_path, {"n1": {"ansible_connection": "local", "ansible_python_interpreter": PYTHON,
                                                    "engine_node_root": str(root)}},

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 
 class ModuleDocFragment(object):
-    """The HTTP options of the look-up modules (argument spec: _http.http_argument_spec)."""
+    """The HTTP options of the look-up modules (argument spec: _http.http_argument_spec), and the
+    option of those that send a token (``llmfleet.engines.http.token``; argument spec:
+    _http.http_token_argument_spec)."""
 
     DOCUMENTATION = r"""
 options:
@@ -31,4 +33,22 @@ options:
       - Check the servers' TLS certificates. Turn off only for a mirror you trust.
     type: bool
     default: true
+"""
+
+    TOKEN = r"""
+options:
+  allow_plain_http_token:
+    description:
+      - Send O(token) over plain C(http://) to a host that is not this host's loopback (C(localhost),
+        C(127.0.0.0/8), C(::1)). By default the module refuses, before anything is sent (in check
+        mode too), since anyone on the network between could read the token.
+      - Rather than setting this, give the server's C(https://) URL (a mirror behind a reverse proxy
+        with a certificate).
+      - Whatever this says, the token goes only to the origin (scheme, host and port) of the URL it is
+        given for. Redirects are followed by hand, at most 10, and only to C(http) and C(https) URLs
+        (a redirect to C(file://), C(ftp://) or C(data:) fails the task, naming it); a redirect to
+        another origin (a CDN) is followed without the token, and a redirect from C(https) to C(http)
+        while the token would be sent fails the task.
+    type: bool
+    default: false
 """

@@ -19,26 +19,37 @@ devpi's API, as devpi-server 6 answers it:
 A password (the ``password`` given, or one in the URL's userinfo) is only ever sent over
 ``https://`` or to this host's loopback (127.0.0.0/8, ``::1``, ``localhost``), unless the caller
 allows plain HTTP (``allow_plain_http_password``): see ``Devpi.check_password_transport``.
+
+Every request, the uploads and the file downloads included, goes through ``_http.follow``, the
+collection's one redirect policy: http and https only (a listing or a redirect that points at
+``file://`` is refused, never opened), the session token (``X-Devpi-Auth``) and the URL's
+credentials only to the server's own origin, at most ``_http.MAX_REDIRECTS`` redirects, and none
+followed for an upload.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import json
 import os
 import re
 import shutil
 import tempfile
-import urllib.error
 import uuid
 
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._builds import at_least, manylinux_glibc
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient, NotFoundError
+from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+    HttpClient,
+    HttpError,
+    NotFoundError,
+    follow,
+    is_loopback,
+    shown_url,
+)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import split_userinfo, strip_userinfo
 
 try:  # Python 3
@@ -59,19 +70,6 @@ class DevpiError(LlmfleetError):
 
 class PlainHttpPasswordError(DevpiError):
     """A password would go over plain HTTP to a host that is not this one's loopback."""
-
-
-def is_loopback(host):
-    """Whether ``host`` (a URL's host: a name, an IPv4 or an IPv6 address) names this host's
-    loopback: ``localhost``, 127.0.0.0/8 or ``::1``. Any other name counts as remote, whatever
-    it resolves to."""
-    host = (host or "").strip("[]").rstrip(".").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def plain_http_password_problem(url, user, allow_plain_http_password=False):
@@ -122,7 +120,9 @@ class Devpi(object):
         self.allow_plain_http_password = allow_plain_http_password
         url_password = split_userinfo(self.url)[2]
         self.http = HttpClient(timeout=timeout, retries=retries, validate_certs=validate_certs,
-                               secrets=[s for s in (password, url_password) if s])
+                               secrets=[s for s in (password, url_password) if s],
+                               allow_plain_http_credentials=allow_plain_http_password,
+                               allow_option="allow_plain_http_password")
         self._auth = None
 
     # -- session --------------------------------------------------------------------------------
@@ -212,9 +212,17 @@ class Devpi(object):
         for entry in (data.get("files") or []) if isinstance(data, dict) else []:
             if not isinstance(entry, dict) or not entry.get("filename"):
                 continue
+            url = strip_userinfo(urljoin(page, entry.get("url") or "")).split("#", 1)[0]
+            scheme = urlsplit(url).scheme.lower()
+            if scheme not in ("http", "https"):
+                # a listing that points at file:// (or ftp://) would have this host read its own files
+                raise DevpiError("%s/%s lists %s of %s at a %s:// URL (%s): refused, only http and https"
+                                 " files are fetched; the index (or what answers in its place) is broken or"
+                                 " hostile" % (self.shown, index, entry["filename"], project, scheme or "(no scheme)",
+                                               shown_url(url)))
             files.append({
                 "filename": entry["filename"],
-                "url": strip_userinfo(urljoin(page, entry.get("url") or "")).split("#", 1)[0],
+                "url": url,
                 "sha256": ((entry.get("hashes") or {}).get("sha256") or "").lower(),
             })
         return files
@@ -239,41 +247,66 @@ class Devpi(object):
             body.write(tail)
             body.seek(0)
             try:
-                resp = open_url("%s/%s/" % (self.url, index), method="POST", data=body, headers=headers,
-                                timeout=self.timeout, validate_certs=self.validate_certs, use_netrc=False)
-                resp.read()
-            except urllib.error.HTTPError as exc:
-                text = ""
+                # no redirect is followed for an upload: a 3xx is its answer, and a failure
+                answer = follow("%s/%s/" % (self.url, index), method="POST", data=body, headers=headers,
+                                timeout=self.timeout, validate_certs=self.validate_certs,
+                                allow_plain_http_credentials=self.allow_plain_http_password,
+                                allow_option="allow_plain_http_password", opener=open_url)
                 try:
-                    text = exc.read().decode("utf-8", "replace")
-                except Exception:  # pylint: disable=broad-except
-                    pass
-                raise DevpiError("uploading %s to %s/%s failed: %s %s %s" % (
-                    filename, self.shown, index, exc.code, exc.reason, self.http.redact(_short(text))))
+                    text = answer.read()
+                finally:
+                    answer.close()
+            except HttpError as exc:
+                raise DevpiError("uploading %s to %s/%s failed: %s" % (filename, self.shown, index, self.http.redact(exc.msg)))
             except Exception as exc:  # pylint: disable=broad-except
                 raise DevpiError("uploading %s to %s/%s failed: %s" % (filename, self.shown, index, self.http.redact(exc)))
+            if answer.status >= 300:
+                text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text or "")
+                if answer.headers.get("location") and answer.status < 400:
+                    text = "(a redirect to %s, not followed for an upload)" % shown_url(
+                        urljoin(answer.url, answer.headers["location"]))
+                raise DevpiError("uploading %s to %s/%s failed: %s %s %s" % (
+                    filename, self.shown, index, answer.status, answer.reason, self.http.redact(_short(text))))
+
+
+class _Status(Exception):
+    """A download answered with a status that is not 2xx."""
+
+    def __init__(self, status, reason):
+        super().__init__("%s %s" % (status, reason))
+        self.status = status
+        self.reason = reason
 
 
 def _read_hashed(url, out, timeout, validate_certs):
-    """GET ``url`` to the end (redirects followed), writing each chunk to ``out`` when given:
-    ``(sha256 hex, size)``. Any error is raised as it came."""
+    """GET ``url`` to the end (redirects followed under the policy of ``_http.follow``: http and
+    https only, bounded), writing each chunk to ``out`` when given: ``(sha256 hex, size)``. A
+    status that is not 2xx is raised as ``_Status``; any other error as it came. Credentials in the
+    URL's userinfo go only over https or to the loopback."""
     digest = hashlib.sha256()
     size = 0
-    resp = open_url(url, timeout=timeout, validate_certs=validate_certs, follow_redirects="safe", use_netrc=False)
-    while True:
-        chunk = resp.read(CHUNK)
-        if not chunk:
-            break
-        digest.update(chunk)
-        if out is not None:
-            out.write(chunk)
-        size += len(chunk)
+    resp = follow(url, timeout=timeout, validate_certs=validate_certs, opener=open_url)
+    try:
+        if resp.status >= 300:
+            raise _Status(resp.status, resp.reason)
+        while True:
+            chunk = resp.read(CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            if out is not None:
+                out.write(chunk)
+            size += len(chunk)
+    finally:
+        resp.close()
     return digest.hexdigest(), size
 
 
 def _failed(what, shown, exc):
-    if isinstance(exc, urllib.error.HTTPError):
-        return DevpiError("%s %s failed: %s %s" % (what, shown, exc.code, exc.reason))
+    if isinstance(exc, _Status):
+        return DevpiError("%s %s failed: %s %s" % (what, shown, exc.status, exc.reason))
+    if isinstance(exc, HttpError):
+        return DevpiError("%s %s failed: %s" % (what, shown, exc.msg))
     return DevpiError("%s %s failed: %s" % (what, shown, exc))
 
 

@@ -6,18 +6,22 @@
 The Hugging Face hub cache, written from a model lock (docs/dev/MODELS.md) so that the real
 ``huggingface_hub`` reads it offline, and the streaming download that fills it.
 
-``fetch`` streams one URL into a sink, 1 MiB at a time, over ``ansible.module_utils.urls.open_url``
-(managed nodes need nothing but Python): ``Range`` to resume, redirects followed by hand so that
-the token goes only to the endpoint's own origin (the hub sends LFS files to a CDN host), retries
-with back-off on connection errors, time-outs, cut-off bodies, 429 and 5xx (resuming from what
-arrived). 401, 403 and 404 are not tried again. No message ever holds a request header.
+``fetch`` streams one URL into a sink, 1 MiB at a time, over ``_http.follow`` (``open_url``:
+managed nodes need nothing but Python), the collection's one redirect policy: http and https only
+(a hub that redirects to ``file://`` gets an error, and no local file is read), at most
+``_http.MAX_REDIRECTS`` redirects, the token only to the endpoint's own origin (the hub sends LFS
+files to a CDN host, which never gets it), never after a downgrade to plain http, and over plain
+http only to the loopback unless allowed. ``Range`` to resume; retries with back-off on connection
+errors, time-outs, cut-off bodies, 429 and 5xx (resuming from what arrived). 401, 403, 404 and the
+redirects the policy refuses are not tried again. No message ever holds a request header.
 
 ``Snapshot`` is one lock in one cache directory: ``survey`` reads what is there (no writes),
 ``apply`` downloads the missing blobs to ``blobs/<name>.incomplete`` (resumed next time), checks
 size and hash, renames them into place, then links ``snapshots/<commit>/<path>`` and writes
 ``refs/<revision>``; ``prune_plan``/``prune`` remove older snapshots and the blobs only they used.
-Files are made 0644 and directories 0755, owned by whoever runs this: the service user reads the
-weights and cannot change them.
+An ``.incomplete`` file is private (0600, made with ``O_EXCL|O_NOFOLLOW``) until its bytes are
+checked; only then is it made 0644 and renamed. Files in place are 0644 and directories 0755, owned
+by whoever runs this: the service user reads the weights and cannot change them.
 """
 
 from __future__ import annotations
@@ -34,23 +38,25 @@ import stat
 import time
 import urllib.error
 
-from ansible.module_utils.six.moves.urllib.parse import urljoin, urlsplit
+from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible.module_utils.urls import (
     ConnectionError as UrlsConnectionError,
     SSLValidationError,
-    open_url,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import blob_name, validate_lock
 
 CHUNK_SIZE = 1024 * 1024
-MAX_REDIRECTS = 5
+MAX_REDIRECTS = _http.MAX_REDIRECTS
 USER_AGENT = "llmfleet.engines (ansible-module)"
 #: The lock file that keeps two runs from writing the same repo directory at once.
 LOCK_NAME = ".llmfleet-snapshot.lock"
 MIB = 1024 * 1024
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+#: An .incomplete file's mode until its bytes are checked: what arrives is nobody else's to read.
+PARTIAL_MODE = 0o600
 _MASK = "********"
 
 # Patched by the unit tests so that back-off costs no time.
@@ -86,7 +92,8 @@ class NotFound(FetchError):
 
 
 class Refused(FetchError):
-    """Another answer that trying again will not change (other 4xx, too many redirects)."""
+    """Another answer that trying again will not change (other 4xx, a redirect the policy refuses:
+    to another scheme than http/https, a downgrade with the token, too many)."""
 
 
 class Unreachable(FetchError):
@@ -221,12 +228,17 @@ class FileSink(object):
     def __init__(self, path, entry):
         self.path = path
         self.digest = Digest(entry)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            # a new one is ours alone from its first byte (0600 whatever the umask), never a link
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, PARTIAL_MODE)
+        except FileExistsError:
+            fd = os.open(path, flags)  # an earlier run's, resumed (O_NOFOLLOW: not through a link)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise InTheWay("%s is not a regular file: it is never written to" % path)
-            os.fchmod(fd, FILE_MODE)
+            os.fchmod(fd, PARTIAL_MODE)  # an earlier run's 0644 file is made private too
             self.handle = os.fdopen(fd, "r+b")
         except BaseException:
             os.close(fd)
@@ -289,10 +301,7 @@ class _RangeIgnored(Exception):
     """416, or a 206 for another range: start again from the first byte."""
 
 
-def origin(url):
-    parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
-    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
+origin = _http.origin
 
 
 def _headers_of(obj):
@@ -303,13 +312,7 @@ def _headers_of(obj):
         return {}
 
 
-def _close(obj):
-    close = getattr(obj, "close", None)
-    if close is not None:
-        try:
-            close()
-        except Exception:  # pylint: disable=broad-except
-            pass
+_close = _http.close_quietly
 
 
 def _server_text(body, redact):
@@ -330,11 +333,12 @@ def _server_text(body, redact):
 
 
 class Fetcher(object):
-    """GETs of files, streamed. ``token`` goes (as ``Authorization: Bearer``) only to the origin
-    (scheme, host, port) of the URL each fetch starts from."""
+    """GETs of files, streamed, under ``_http.follow``'s policy. ``token`` goes (as ``Authorization:
+    Bearer``) only to the origin (scheme, host, port) of the URL each fetch starts from, and over
+    plain http only to the loopback unless ``allow_plain_http_token``."""
 
     def __init__(self, token=None, timeout=30, retries=3, backoff=1.0, validate_certs=True,
-                 chunk_size=CHUNK_SIZE, user_agent=USER_AGENT):
+                 chunk_size=CHUNK_SIZE, user_agent=USER_AGENT, allow_plain_http_token=False):
         self.token = token or None
         self.timeout = timeout
         self.retries = max(0, int(retries))
@@ -342,65 +346,59 @@ class Fetcher(object):
         self.validate_certs = validate_certs
         self.chunk_size = chunk_size
         self.user_agent = user_agent
+        self.allow_plain_http_token = allow_plain_http_token
 
     def redact(self, text):
         text = "" if text is None else str(text)
         return text.replace(self.token, _MASK) if self.token else text
 
     def _open(self, url, offset):
-        """The answer to GET ``url`` from byte ``offset``, redirects followed: (response, final
-        url, cache status seen on the way)."""
-        start = origin(url)
-        current = url
-        cache_status = None
-        for _hop in range(MAX_REDIRECTS + 1):
-            headers = {"Accept-Encoding": "identity"}
-            if offset:
-                headers["Range"] = "bytes=%d-" % offset
-            if self.token and origin(current) == start:
-                headers["Authorization"] = "Bearer %s" % self.token
-            try:
-                resp = open_url(current, method="GET", headers=headers, timeout=self.timeout,
+        """The answer to GET ``url`` from byte ``offset``, redirects followed under the policy of
+        ``_http.follow``: (answer, final url, cache status seen on the way)."""
+        headers = {"Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = "bytes=%d-" % offset
+        credentials = {"Authorization": "Bearer %s" % self.token} if self.token else None
+        asked = []
+        try:
+            resp = _http.follow(url, headers=headers, credentials=credentials, timeout=self.timeout,
                                 validate_certs=self.validate_certs, http_agent=self.user_agent,
-                                follow_redirects="none", use_netrc=False, decompress=False)
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-                hdrs = _headers_of(exc)
-                cache_status = hdrs.get("x-cache-status", cache_status)
-                if status in (301, 302, 303, 307, 308) and hdrs.get("location"):
-                    _close(exc)
-                    current = urljoin(current, hdrs["location"])
-                    continue
-                try:
-                    body = exc.read()
-                except Exception:  # pylint: disable=broad-except
-                    body = b""
-                _close(exc)
-                self._raise_status(url, current, status, exc.reason, body)
-            except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
+                                decompress=False, allow_plain_http_credentials=self.allow_plain_http_token,
+                                allow_option="allow_plain_http_token", trace=asked)
+        except (_http.SchemeError, _http.RedirectError, _http.PlainHttpCredentialError) as exc:
+            raise Refused(self.redact(exc.msg), url)
+        except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
+            raise BadCertificate(
+                "the TLS certificate of %s was not accepted (%s); give this host the CA that "
+                "signed it, or set validate_certs to false for a server you trust"
+                % (_host(_last(asked, url)), self.redact(exc)), url)
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ssl.SSLCertVerificationError):
                 raise BadCertificate(
-                    "the TLS certificate of %s was not accepted (%s); give this host the CA that "
-                    "signed it, or set validate_certs to false for a server you trust"
-                    % (_host(current), self.redact(exc)), url)
-            except urllib.error.URLError as exc:
-                reason = exc.reason
-                if isinstance(reason, ssl.SSLCertVerificationError):
-                    raise BadCertificate(
-                        "the TLS certificate of %s was not accepted (%s); give this host the CA "
-                        "that signed it, or set validate_certs to false for a server you trust"
-                        % (_host(current), self.redact(reason)), url)
-                if isinstance(reason, (socket.timeout, TimeoutError)):
-                    raise _Retryable("no answer from %s within %s s" % (_host(current), self.timeout))
-                raise _Retryable("connection to %s failed: %s" % (_host(current), self.redact(reason)))
-            except (socket.timeout, TimeoutError):
-                raise _Retryable("no answer from %s within %s s" % (_host(current), self.timeout))
-            except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
-                raise _Retryable("connection to %s failed: %s" % (
-                    _host(current), self.redact(exc or exc.__class__.__name__)))
-            hdrs = _headers_of(resp)
-            cache_status = hdrs.get("x-cache-status", cache_status)
-            return resp, current, cache_status
-        raise Refused("%s redirected more than %d times (last to %s)" % (url, MAX_REDIRECTS, current), url)
+                    "the TLS certificate of %s was not accepted (%s); give this host the CA "
+                    "that signed it, or set validate_certs to false for a server you trust"
+                    % (_host(_last(asked, url)), self.redact(reason)), url)
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise _Retryable("no answer from %s within %s s" % (_host(_last(asked, url)), self.timeout))
+            raise _Retryable("connection to %s failed: %s" % (_host(_last(asked, url)), self.redact(reason)))
+        except (socket.timeout, TimeoutError):
+            raise _Retryable("no answer from %s within %s s" % (_host(_last(asked, url)), self.timeout))
+        except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
+            raise _Retryable("connection to %s failed: %s" % (
+                _host(_last(asked, url)), self.redact(exc or exc.__class__.__name__)))
+        cache_status = None
+        for _hop_url, _status, hop_headers in resp.hops:
+            cache_status = hop_headers.get("x-cache-status", cache_status)
+        cache_status = resp.headers.get("x-cache-status", cache_status)
+        if resp.status >= 300:  # an error, or a redirect that was not followed (no Location)
+            try:
+                body = resp.read()
+            except Exception:  # pylint: disable=broad-except
+                body = b""
+            _close(resp)
+            self._raise_status(url, resp.url, resp.status, resp.reason, body)
+        return resp, resp.url, cache_status
 
     def _raise_status(self, url, current, status, reason, body):
         where = url if current == url else "%s (redirected to %s)" % (url, current)
@@ -492,6 +490,11 @@ class Fetcher(object):
             finally:
                 if resp is not None:
                     _close(resp)
+
+
+def _last(asked, url):
+    """The last URL a fetch asked (a redirect's target), else the one it started from."""
+    return asked[-1] if asked else url
 
 
 def _host(url):

@@ -12,17 +12,38 @@ exponential back-off; other 4xx answers are not. Each way a request can fail has
 exception class. No message ever contains a request header: a token sent in ``Authorization``
 cannot leak through an error, and the values given in ``secrets`` are masked in anything the
 server sends back.
+
+The collection's one redirect policy lives here (:func:`follow`, used by ``HttpClient``, by the
+hub downloads of ``_hfcache`` and by the devpi downloads and uploads of ``_devpi``): redirects are
+followed by hand, one ``open_url`` per hop with ``follow_redirects="none"``, and
+
+* only to ``http`` and ``https`` (a ``Location`` with any other scheme, ``file``, ``ftp`` and
+  ``data`` included, is refused, naming its scheme and the origin that sent it), for GET and HEAD
+  only (another method gets the 3xx as its answer);
+* at most :data:`MAX_REDIRECTS` of them (more is an error);
+* credentials (``Authorization``, ``Proxy-Authorization``, ``X-Devpi-Auth``, ``Cookie``, any header
+  the caller names, and the URL's userinfo) go only to the origin (scheme, host, port) they were
+  given for: a redirect to another origin drops them, and they are not sent again on later hops,
+  even back to their origin. A redirect from ``https`` to ``http`` while credentials would still be
+  sent is refused (not dropped and followed): a downgrade is an attack or a broken mirror, and the
+  operator is told; without credentials it is followed (what it serves is checked by hash);
+* credentials never go over plain ``http`` to a host that is not this host's loopback
+  (``localhost``, 127.0.0.0/8, ``::1``), unless the caller allows it (the modules' option
+  ``allow_plain_http_token``, devpi's ``allow_plain_http_password``); refused before anything is
+  sent.
 """
 
 from __future__ import annotations
 
 import datetime
 import http.client
+import ipaddress
 import json
 import socket
 import ssl
 import time
 import urllib.error
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from ansible.module_utils.urls import (
     ConnectionError as UrlsConnectionError,
@@ -34,6 +55,14 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._errors import Ll
 USER_AGENT = "llmfleet.engines (ansible-module)"
 MAX_RETRY_AFTER = 60.0
 _MASK = "********"
+#: The schemes a request or a redirect may use.
+SCHEMES = ("http", "https")
+#: The answers followed as redirects (GET and HEAD only).
+REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+#: The most redirects one request follows; one more is an error.
+MAX_REDIRECTS = 10
+#: Headers that carry a credential (lower case): sent only to the origin they were given for.
+CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-devpi-auth", "cookie")
 
 # Patched by the unit tests so that back-off costs no time.
 _sleep = time.sleep
@@ -110,6 +139,26 @@ class InvalidJsonError(HttpError):
         self.content_type = content_type
 
 
+class SchemeError(HttpError):
+    """A URL with another scheme than http or https (``file://``, ``ftp://``): never opened."""
+
+
+class RedirectError(HttpError):
+    """A redirect the policy does not follow: to another scheme than http/https, from https to
+    http while credentials would be sent, or one more than :data:`MAX_REDIRECTS`. Not tried again.
+    ``location`` is where it pointed (without userinfo or query), ``sender`` the origin that sent it."""
+
+    def __init__(self, url, msg, location=None, sender=None, status=None):
+        super().__init__(url, msg)
+        self.location = location
+        self.sender = sender
+        self.status = status
+
+
+class PlainHttpCredentialError(HttpError):
+    """A credential would go over plain http to a host that is not this host's loopback."""
+
+
 class Response(object):
     """A complete answer: status, headers (lower-cased names), body bytes, final URL."""
 
@@ -179,6 +228,254 @@ def server_message(body):
     return text[:200]
 
 
+# -- the redirect policy ----------------------------------------------------------------------
+
+def origin(url):
+    """``(scheme, host, port)`` of ``url``, lower case, with the scheme's default port filled in."""
+    try:
+        parts = urlsplit(url or "")
+        scheme = parts.scheme.lower()
+        host = (parts.hostname or "").lower()
+        port = parts.port
+    except ValueError:  # an unbalanced [IPv6] or a port that is not a number
+        return ("", "", None)
+    return (scheme, host, port or {"http": 80, "https": 443}.get(scheme))
+
+
+def origin_text(url):
+    """An origin for a message: ``https://huggingface.co``, ``http://127.0.0.1:8080``."""
+    scheme, host, port = origin(url)
+    shown_host = "[%s]" % host if ":" in host else (host or "(no host)")
+    if port is None or port == {"http": 80, "https": 443}.get(scheme):
+        return "%s://%s" % (scheme or "(no scheme)", shown_host)
+    return "%s://%s:%d" % (scheme, shown_host, port)
+
+
+def is_loopback(host):
+    """Whether ``host`` (a URL's host: a name, an IPv4 or an IPv6 address) names this host's
+    loopback: ``localhost``, 127.0.0.0/8 or ``::1``. Any other name counts as remote, whatever
+    it resolves to."""
+    host = (host or "").strip("[]").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _userinfo(url):
+    """The userinfo of ``url`` (``user:password``), or None."""
+    try:
+        netloc = urlsplit(url or "").netloc
+    except ValueError:
+        return None
+    return netloc.rsplit("@", 1)[0] if "@" in netloc else None
+
+
+def without_userinfo(url):
+    """``url`` without its userinfo."""
+    try:
+        parts = urlsplit(url or "")
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _with_userinfo(url, userinfo):
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc="%s@%s" % (userinfo, parts.netloc.rsplit("@", 1)[-1])))
+
+
+def shown_url(url, limit=200):
+    """``url`` for a message: no userinfo, no query or fragment (a signed URL's signature), at most
+    ``limit`` characters."""
+    try:
+        parts = urlsplit(url or "")
+        text = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1], query="", fragment=""))
+    except ValueError:
+        text = str(url).split("?", 1)[0]
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def plain_http_credential_problem(url, what="credentials", allow_option=None):
+    """None, or why ``what`` must not be sent to ``url``: a plain ``http://`` (any scheme but https)
+    URL whose host is not this host's loopback (see :func:`is_loopback`). ``allow_option`` names the
+    option that allows it anyway, for the message."""
+    try:
+        parts = urlsplit(url or "")
+        scheme, host = parts.scheme.lower(), parts.hostname
+    except ValueError:
+        scheme, host = "", None
+    if scheme == "https" or is_loopback(host):
+        return None
+    return ("refusing to send %s to %s over plain HTTP (%s): anyone on the network between could read "
+            "what is sent. Use the server's https:// URL, or reach it on this host's loopback (127.0.0.1)%s"
+            % (what, host or "(no host)", shown_url(url),
+               "; to send it in the clear anyway, set %s=true" % allow_option if allow_option else ""))
+
+
+def redirect_target(current, location, followed, credentials, max_redirects=MAX_REDIRECTS):
+    """The policy for one redirect: ``current`` answered a redirect to ``location`` after
+    ``followed`` redirects were followed; ``credentials`` says whether its request carried any.
+
+    Returns ``(url, keep)``: the absolute URL of the next hop, without the userinfo a ``Location``
+    may carry, and whether the credentials go along (the same origin: scheme, host and port).
+    Raises :class:`RedirectError` for another scheme than http/https, for a downgrade from https to
+    http while credentials would still be sent, and for one redirect more than ``max_redirects``."""
+    sender = origin_text(current)
+    target = urljoin(current, (location or "").strip())
+    try:
+        parts = urlsplit(target)
+        scheme = parts.scheme.lower()
+        host = parts.hostname
+    except ValueError:
+        raise RedirectError(current, "%s (%s) redirected to %r, which is not a URL: refused"
+                            % (shown_url(current), sender, shown_url(location)), sender=sender)
+    shown = shown_url(target)
+    if followed >= max_redirects:
+        raise RedirectError(
+            current, "%s redirected more than %d times (the last one, from %s, to %s): refused; is the "
+            "server redirecting in a loop?" % (shown_url(current), max_redirects, sender, shown),
+            location=shown, sender=sender)
+    if scheme not in SCHEMES:
+        named = "%s://" % scheme if target.lower().startswith(scheme + "://") else "%s:" % scheme
+        raise RedirectError(
+            current, "%s (%s) redirected to a %s URL (%s): refused, only http and https redirects are "
+            "followed; a server that sends a client to a %s URL is broken or hostile"
+            % (shown_url(current), sender, named, shown, named), location=shown, sender=sender)
+    if not host:
+        raise RedirectError(current, "%s (%s) redirected to %s, a URL without a host: refused"
+                            % (shown_url(current), sender, shown), location=shown, sender=sender)
+    if credentials and origin(current)[0] == "https" and scheme == "http":
+        raise RedirectError(
+            current, "%s (%s) redirected from https to plain http (%s) while sending credentials: refused "
+            "(they would go in the clear, and the answer could be anyone's); check the server or the "
+            "mirror: a downgrade is a misconfiguration or an attack" % (shown_url(current), sender, shown),
+            location=shown, sender=sender)
+    target = without_userinfo(target)
+    return target, bool(credentials) and origin(target) == origin(current)
+
+
+def split_credentials(headers, names=()):
+    """``(plain, credentials)``: ``headers`` split into those that carry no credential and those
+    that do (:data:`CREDENTIAL_HEADERS`, and ``names``; any case)."""
+    marked = set(CREDENTIAL_HEADERS) | set(str(n).lower() for n in names or ())
+    plain, secret = {}, {}
+    for key, value in (headers or {}).items():
+        (secret if str(key).lower() in marked else plain)[key] = value
+    return plain, secret
+
+
+def close_quietly(obj):
+    """Close a response (or an HTTP error answer), whatever it raises."""
+    close = getattr(obj, "close", None)
+    if close is not None:
+        try:
+            close()
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+
+class Answer(object):
+    """The answer :func:`follow` stopped at: ``url`` (without userinfo), ``status``, ``reason``,
+    ``headers`` (lower-case names), ``hops`` (``(url, status, headers)`` of each redirect followed);
+    ``read([size])`` and ``close()`` for its body. Any status: 2xx, 4xx, 5xx, or a 3xx that was not
+    followed (no ``Location``, or a method other than GET and HEAD)."""
+
+    def __init__(self, url, status, reason, headers, raw, hops):
+        self.url = url
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.hops = hops
+        self._raw = raw
+
+    def getcode(self):
+        return self.status
+
+    def geturl(self):
+        return self.url
+
+    def read(self, *args):
+        if self._raw is None:
+            return b""
+        data = self._raw.read(*args)
+        return b"" if data is None else data
+
+    def close(self):
+        close_quietly(self._raw)
+
+
+def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
+           timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
+           allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
+           opener=None, trace=None):
+    """``method`` on ``url``, redirects followed by hand under the collection's one policy (see this
+    file's docstring): one call of ``opener`` (``open_url`` by default, called as ``open_url`` is)
+    per hop, with ``follow_redirects="none"``. Returns the :class:`Answer` of the first answer that
+    is not a redirect followed.
+
+    ``headers`` go on every hop. ``credentials`` (headers), those of ``headers`` named in
+    :data:`CREDENTIAL_HEADERS` or ``credential_headers``, and the userinfo of ``url`` go only while
+    every hop so far stayed on ``url``'s origin; over plain http only to the loopback unless
+    ``allow_plain_http_credentials`` (``allow_option`` names that option in the message).
+
+    Raises :class:`SchemeError`, :class:`RedirectError` or :class:`PlainHttpCredentialError`, none
+    of which holds a credential; whatever ``opener`` raises besides an HTTP error answer (connection
+    errors, time-outs, TLS) comes as it came. ``trace``, a list, gets each URL asked (without
+    userinfo), so that a caller can name the host that failed."""
+    opener = opener or open_url
+    plain, secret = split_credentials(headers, credential_headers)
+    secret.update(credentials or {})
+    userinfo = _userinfo(url)
+    carrying = bool(secret) or bool(userinfo)
+    method = (method or "GET").upper()
+    current = url
+    hops = []
+    followed = 0
+    while True:
+        scheme = origin(current)[0]
+        if scheme not in SCHEMES:
+            raise SchemeError(current, "%s is not an http:// or https:// URL: refused, only those are "
+                                       "fetched" % shown_url(current))
+        if carrying and not allow_plain_http_credentials:
+            names = sorted(secret) + (["the URL's userinfo"] if userinfo else [])
+            problem = plain_http_credential_problem(current, "credentials (%s)" % ", ".join(names), allow_option)
+            if problem:
+                raise PlainHttpCredentialError(current, problem)
+        send = dict(plain)
+        if carrying:
+            send.update(secret)
+            target = current if _userinfo(current) or not userinfo else _with_userinfo(current, userinfo)
+        else:
+            target = without_userinfo(current)
+        if trace is not None:
+            trace.append(without_userinfo(current))
+        try:
+            raw = opener(target, method=method, data=data, headers=send, timeout=timeout,
+                         validate_certs=validate_certs, http_agent=http_agent, follow_redirects="none",
+                         use_netrc=False, decompress=decompress)
+            status = raw.getcode() if hasattr(raw, "getcode") else getattr(raw, "status", 200)
+        except urllib.error.HTTPError as exc:
+            raw = exc
+            status = exc.code
+        status = status or 200
+        resp_headers = _lower_headers(getattr(raw, "headers", None))
+        location = resp_headers.get("location")
+        if status in REDIRECT_STATUSES and location and method in ("GET", "HEAD"):
+            close_quietly(raw)
+            hops.append((without_userinfo(current), status, resp_headers))
+            current, keep = redirect_target(current, location, followed, carrying, max_redirects)
+            followed += 1
+            carrying = carrying and keep
+            continue
+        reason = getattr(raw, "reason", "") or ""
+        return Answer(without_userinfo(current), status, str(reason), resp_headers, raw, hops)
+
+
 def http_argument_spec():
     """The HTTP options of the look-up modules (documented by the llmfleet.engines.http fragment)."""
     return dict(
@@ -199,10 +496,28 @@ def http_option_problem(params):
     return None
 
 
+def http_token_argument_spec():
+    """The option of the modules that send a token (documented by the llmfleet.engines.http.token
+    fragment): whether it may go over plain http to a host that is not this host's loopback."""
+    return dict(allow_plain_http_token=dict(type="bool", default=False))
+
+
+def token_transport_problem(url, token, params, what="the token"):
+    """None, or why ``token`` must not be sent to ``url`` under a module's params (see
+    :func:`http_token_argument_spec`): checked before anything is sent, in check mode too."""
+    if not token or params.get("allow_plain_http_token"):
+        return None
+    return plain_http_credential_problem(url, what, "allow_plain_http_token")
+
+
 def client_from_params(params, secrets=None):
-    """An HttpClient configured by a module's HTTP options (see http_argument_spec)."""
+    """An HttpClient configured by a module's HTTP options (see http_argument_spec and
+    http_token_argument_spec)."""
+    has_option = "allow_plain_http_token" in params
     return HttpClient(timeout=params["timeout"], retries=params["retries"], backoff=params["backoff"],
-                      validate_certs=params["validate_certs"], secrets=secrets)
+                      validate_certs=params["validate_certs"], secrets=secrets,
+                      allow_plain_http_credentials=bool(params.get("allow_plain_http_token")),
+                      allow_option="allow_plain_http_token" if has_option else None)
 
 
 class HttpClient(object):
@@ -214,7 +529,8 @@ class HttpClient(object):
     """
 
     def __init__(self, timeout=30, retries=3, backoff=1.0, validate_certs=True, headers=None,
-                 secrets=None, user_agent=USER_AGENT):
+                 secrets=None, user_agent=USER_AGENT, allow_plain_http_credentials=False,
+                 allow_option=None, credential_headers=(), max_redirects=MAX_REDIRECTS):
         self.timeout = timeout
         self.retries = max(0, int(retries))
         self.backoff = max(0.0, float(backoff))
@@ -222,6 +538,12 @@ class HttpClient(object):
         self.headers = dict(headers or {})
         self.secrets = [s for s in (secrets or []) if s]
         self.user_agent = user_agent
+        # the redirect policy (see follow): credentials only to their origin, over plain http only
+        # to the loopback unless allowed (allow_option names the module's option in the message)
+        self.allow_plain_http_credentials = allow_plain_http_credentials
+        self.allow_option = allow_option
+        self.credential_headers = tuple(credential_headers or ())
+        self.max_redirects = max_redirects
 
     # -- helpers ---------------------------------------------------------------------------
     def redact(self, text):
@@ -264,41 +586,23 @@ class HttpClient(object):
     # -- one attempt -----------------------------------------------------------------------
     def _attempt(self, url, headers, method="GET", data=None):
         try:
-            resp = open_url(
+            resp = follow(
                 url,
                 method=method,
                 data=data,
                 headers=headers,
+                credential_headers=self.credential_headers,
                 timeout=self.timeout,
                 validate_certs=self.validate_certs,
                 http_agent=self.user_agent,
-                follow_redirects="safe",
-                use_netrc=False,
+                allow_plain_http_credentials=self.allow_plain_http_credentials,
+                allow_option=self.allow_option,
+                max_redirects=self.max_redirects,
             )
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            resp_headers = _lower_headers(exc.headers)
-            try:
-                body = exc.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            message = self.redact(server_message(body))
-            reason = self.redact(exc.reason or "")
-            limited = self._rate_limit(url, status, reason, resp_headers, message)
-            if limited is not None:
-                raise limited
-            if status == 429 or status >= 500:
-                raise _Retryable(
-                    "answered %d %s%s" % (status, reason, ": " + message if message else ""),
-                    status=status,
-                    retry_after=_float_or_none(resp_headers.get("retry-after")),
-                )
-            cls = NotFoundError if status in (404, 410) else HttpStatusError
-            raise cls(
-                url,
-                "%s answered %d %s%s" % (url, status, reason, ": " + message if message else ""),
-                status, reason, message, resp_headers,
-            )
+        except (SchemeError, RedirectError, PlainHttpCredentialError) as exc:
+            exc.msg = self.redact(exc.msg)
+            exc.args = (exc.msg,)
+            raise
         except SSLValidationError as exc:
             raise CertificateError(
                 url,
@@ -327,6 +631,36 @@ class HttpClient(object):
             raise _Retryable("timed out after %s s" % self.timeout)
         except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
             raise _Retryable("connection failed: %s" % self.redact(exc or exc.__class__.__name__))
+
+        if resp.status >= 300:  # an error, or a redirect that was not followed
+            status = resp.status
+            resp_headers = resp.headers
+            try:
+                body = resp.read()
+            except Exception:  # pylint: disable=broad-except
+                body = b""
+            finally:
+                resp.close()
+            message = self.redact(server_message(body))
+            reason = self.redact(resp.reason or "")
+            limited = self._rate_limit(url, status, reason, resp_headers, message)
+            if limited is not None:
+                raise limited
+            if status == 429 or status >= 500:
+                raise _Retryable(
+                    "answered %d %s%s" % (status, reason, ": " + message if message else ""),
+                    status=status,
+                    retry_after=_float_or_none(resp_headers.get("retry-after")),
+                )
+            if status in REDIRECT_STATUSES and resp_headers.get("location"):
+                message = "a redirect to %s, not followed: only GET and HEAD are redirected" % (
+                    self.redact(shown_url(urljoin(resp.url, resp_headers["location"]))))
+            cls = NotFoundError if status in (404, 410) else HttpStatusError
+            raise cls(
+                url,
+                "%s answered %d %s%s" % (url, status, reason, ": " + message if message else ""),
+                status, reason, message, resp_headers,
+            )
 
         try:
             status = resp.getcode() if hasattr(resp, "getcode") else getattr(resp, "status", 200)

@@ -47,7 +47,9 @@ options:
     type: str
     default: ""
   src:
-    description: Where the wheel is downloaded from (redirects are followed).
+    description:
+      - Where the wheel is downloaded from, an C(http://) or C(https://) URL. Redirects are followed,
+        at most 10, and only to C(http) and C(https) URLs (one to C(file://) fails the task).
     type: str
     required: true
   sha256:

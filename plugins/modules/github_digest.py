@@ -68,6 +68,9 @@ options:
     description:
       - A GitHub token, sent to the API in an C(Authorization) header. Raises the rate limit from 60 to
         5,000 requests an hour and lets the module read releases of private repositories.
+      - Sent only to the origin of O(api_url) (never to a host the API redirects to, nor to
+        O(download_url)); over plain C(http://) only to this host's loopback, unless
+        O(allow_plain_http_token) is set.
       - When not set, the environment variable E(GITHUB_TOKEN) is used, if set.
     type: str
   checksum_asset_pattern:
@@ -81,6 +84,7 @@ options:
     default: '(?i)^(sha256sums?(\.txt)?|.*checksums?\.txt|.+\.sha256(sum)?)$'
 extends_documentation_fragment:
   - llmfleet.engines.http
+  - llmfleet.engines.http.token
 attributes:
   check_mode:
     support: full
@@ -206,6 +210,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     client_from_params,
     http_argument_spec,
     http_option_problem,
+    http_token_argument_spec,
+    token_transport_problem,
 )
 
 
@@ -221,7 +227,7 @@ def main():
             download_url=dict(type="str", default=DEFAULT_DOWNLOAD_URL),
             token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
             checksum_asset_pattern=dict(type="str", default=DEFAULT_CHECKSUM_PATTERN),
-            **http_argument_spec()
+            **dict(http_argument_spec(), **http_token_argument_spec())
         ),
         mutually_exclusive=[("asset", "pattern")],
         required_one_of=[("asset", "pattern")],
@@ -235,6 +241,10 @@ def main():
         module.fail_json(msg="multiple applies to pattern only: an exact asset name matches one asset")
 
     token = p["token"] or None
+    # before anything is sent: a token over plain http only to the loopback, unless allowed
+    problem = token_transport_problem(p["api_url"], token, p, "the GitHub token")
+    if problem:
+        module.fail_json(msg=problem, changed=False)
     client = client_from_params(p, secrets=[token] if token else None)
     try:
         result = Lookup(client, p["repo"], p["tag"], asset=p["asset"], pattern=p["pattern"],

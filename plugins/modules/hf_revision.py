@@ -49,9 +49,11 @@ options:
   token:
     description:
       - A Hugging Face access token (read access is enough), for gated models (whose terms the token's
-        account has accepted on the model's page) and private ones. Sent only to O(endpoint), in an
-        C(Authorization) header; it never leaves the controller unless you pass it on, and it is
-        masked in every result and error.
+        account has accepted on the model's page) and private ones. Sent only to the origin of
+        O(endpoint), in an C(Authorization) header (kept on the hub's own redirects, such as a
+        renamed repo's, never sent to another host); it never leaves the controller unless you pass
+        it on, and it is masked in every result and error.
+      - Over plain C(http://) only to this host's loopback, unless O(allow_plain_http_token) is set.
       - When not set, the environment variable E(HF_TOKEN) of the controller is used, if set.
     type: str
   allow_patterns:
@@ -83,6 +85,7 @@ options:
     type: path
 extends_documentation_fragment:
   - llmfleet.engines.http
+  - llmfleet.engines.http.token
 attributes:
   check_mode:
     support: full
@@ -131,7 +134,7 @@ EXAMPLES = r"""
 - name: A gated model, through an internal mirror, with a token from the controller's environment
   llmfleet.engines.hf_revision:
     repo: meta-llama/Llama-3.1-8B-Instruct
-    endpoint: http://hub-cache.internal:8090
+    endpoint: https://hub-cache.internal:8443
     token: "{{ lookup('ansible.builtin.env', 'HF_TOKEN') }}"
   run_once: true
   delegate_to: localhost
@@ -279,6 +282,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     client_from_params,
     http_argument_spec,
     http_option_problem,
+    http_token_argument_spec,
+    token_transport_problem,
 )
 
 
@@ -328,7 +333,7 @@ def main():
             allow_patterns=dict(type="list", elements="str"),
             ignore_patterns=dict(type="list", elements="str"),
             lock_file=dict(type="path"),
-            **http_argument_spec()
+            **dict(http_argument_spec(), **http_token_argument_spec())
         ),
         supports_check_mode=True,
     )
@@ -339,6 +344,10 @@ def main():
                     _patterns_problem("ignore_patterns", p["ignore_patterns"]), http_option_problem(p)):
         if problem:
             module.fail_json(msg=problem, changed=False)
+    # before anything is sent: a token over plain http only to the loopback, unless allowed
+    problem = token_transport_problem(endpoint, p["token"], p, "the Hugging Face token")
+    if problem:
+        module.fail_json(msg=problem, changed=False)
 
     if is_commit(revision):
         revision = revision.lower()  # the lock's revision is then its commit: no refs/ entry in the cache

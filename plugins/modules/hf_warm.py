@@ -26,6 +26,7 @@ author:
   - llmfleet maintainers (@llmfleet)
 extends_documentation_fragment:
   - llmfleet.engines.http
+  - llmfleet.engines.http.token
 attributes:
   check_mode:
     support: full
@@ -47,19 +48,30 @@ options:
     description:
       - A hub token, for gated or private repos. Sent as C(Authorization) to the origin of
         O(endpoint) only, never to a host a download is redirected to.
+      - Over plain C(http://) only to this host's loopback, unless O(allow_plain_http_token) is set
+        (a mirror that holds the token itself needs none).
     type: str
 notes:
   - Files are hashed as they arrive and thrown away; memory use does not grow with their size.
+  - Redirects are followed only to C(http) and C(https) URLs, at most 10; a mirror that redirects a file
+    to C(file://) fails the task, and no local file is read (nor its hash told).
 seealso:
   - module: llmfleet.engines.hf_revision
   - module: llmfleet.engines.model_snapshot
 """
 
 EXAMPLES = r"""
-- name: Fill the cache host's hub mirror with the model's files
+- name: Fill the cache host's hub mirror with the model's files (the mirror holds the hub token)
   llmfleet.engines.hf_warm:
     lock: "{{ model.lock }}"
     endpoint: http://cache.example:8090
+  delegate_to: localhost
+  run_once: true
+
+- name: Through a mirror that wants the token itself, over TLS
+  llmfleet.engines.hf_warm:
+    lock: "{{ model.lock }}"
+    endpoint: https://cache.example:8443
     token: "{{ hf_token | default(omit) }}"
   delegate_to: localhost
   run_once: true
@@ -107,6 +119,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
 from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_argument_spec,
     http_option_problem,
+    http_token_argument_spec,
+    token_transport_problem,
 )
 
 
@@ -117,13 +131,16 @@ def main():
         token=dict(type="str", no_log=True),
     )
     argument_spec.update(http_argument_spec())
+    argument_spec.update(http_token_argument_spec())
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
     lock = p["lock"]
     problems = cache_lock_problems(lock)
     if problems:
         module.fail_json(msg="lock: %s" % "; ".join(problems), problems=problems)
-    problem = http_option_problem(p) or validate_endpoint(p["endpoint"])
+    # before anything is sent, in check mode too: a token over plain http only to the loopback
+    problem = (http_option_problem(p) or validate_endpoint(p["endpoint"])
+               or token_transport_problem(p["endpoint"], p["token"], p, "the hub token"))
     if problem:
         module.fail_json(msg=problem)
     result = dict(changed=False, files=[], bytes=0, cached=0, fetched=0)
@@ -132,7 +149,7 @@ def main():
         module.exit_json(msg="%s: would fetch %d files (%s) through %s" % (
             where, len(lock["files"]), human_size(lock["size"]), p["endpoint"]), **result)
     fetcher = Fetcher(token=p["token"], timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
-                      validate_certs=p["validate_certs"])
+                      validate_certs=p["validate_certs"], allow_plain_http_token=p["allow_plain_http_token"])
     try:
         for entry in lock["files"]:
             url = file_url(p["endpoint"], lock["repo"], lock["commit"], entry["path"])

@@ -27,7 +27,10 @@ description:
     its size is the lock's (O(verify=full) hashes it again); one of another size is downloaded again.
   - Files are made C(0644) and directories C(0755), owned by the user the module runs as (root on the
     nodes), so the service user reads the weights and cannot change them. A O(cache_dir) that another
-    user could change is refused.
+    user could change is refused. A download in progress (C(.incomplete)) is C(0600) until its bytes
+    are checked.
+  - Redirects are followed only to C(http) and C(https) URLs, at most 10 (see O(allow_plain_http_token));
+    a hub or mirror that redirects a file to C(file://) fails the task, and no local file is read.
   - One run per repo at a time, by a lock file in the repo's directory (C(.llmfleet-snapshot.lock)).
   - With O(prune), snapshots of the same repo beyond the O(keep) newest are removed, with the blobs
     and refs only they used; other repos, and entries that are not the cache's, are never touched.
@@ -35,6 +38,7 @@ author:
   - llmfleet maintainers (@llmfleet)
 extends_documentation_fragment:
   - llmfleet.engines.http
+  - llmfleet.engines.http.token
 attributes:
   check_mode:
     support: full
@@ -64,7 +68,8 @@ options:
   token:
     description:
       - A hub token, for gated or private repos. Sent as C(Authorization) to the origin of
-        O(endpoint) only, never to the host a download is redirected to.
+        O(endpoint) only, never to the host a download is redirected to (the hub's CDN).
+      - Over plain C(http://) only to this host's loopback, unless O(allow_plain_http_token) is set.
     type: str
   verify:
     description:
@@ -210,6 +215,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
 from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_argument_spec,
     http_option_problem,
+    http_token_argument_spec,
+    token_transport_problem,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock
 from ansible_collections.llmfleet.engines.plugins.module_utils._trust import (
@@ -231,7 +238,8 @@ def _option_problem(p):
     bad = [c for c in p["in_use"] if not (len(c) == 40 and all(ch in "0123456789abcdef" for ch in c))]
     if bad:
         return "in_use must list full commits (40 lower-case hex digits); not one: %s" % ", ".join(map(repr, bad))
-    return validate_endpoint(p["endpoint"])
+    # before anything is sent, in check mode too: a token over plain http only to the loopback
+    return validate_endpoint(p["endpoint"]) or token_transport_problem(p["endpoint"], p["token"], p, "the hub token")
 
 
 def _prune_plan(p, snapshot):
@@ -271,6 +279,7 @@ def main():
         lock_timeout=dict(type="int", default=3600),
     )
     argument_spec.update(http_argument_spec())
+    argument_spec.update(http_token_argument_spec())
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     p = module.params
     lock = p["lock"]
@@ -350,7 +359,8 @@ def _apply(p, snapshot, first_survey, result, finish):
         if work["fetch"]:
             snapshot.check_space(work["fetch"], p["free_space_margin_mib"])
             fetcher = Fetcher(token=p["token"], timeout=p["timeout"], retries=p["retries"],
-                              backoff=p["backoff"], validate_certs=p["validate_certs"])
+                              backoff=p["backoff"], validate_certs=p["validate_certs"],
+                              allow_plain_http_token=p["allow_plain_http_token"])
             bytes_total = snapshot.space_needed(work["fetch"])
             if p["progress_file"]:
                 progress = ProgressFile(p["progress_file"], bytes_total, len(work["fetch"]))

@@ -3,6 +3,11 @@
 
 Standard library only. The catalogue is built in memory; what the routes answer, the controls and
 the faults are specified in docs/dev/CONTRACTS.md, section "The fake Hugging Face hub".
+
+A hostile hub is the upstream's ``redirect`` fault on hub paths (``server.py``): for instance
+``up.fault("redirect", path=resolve_path(repo, commit, "config.json"), location="file:///root/x")``
+answers that file's ``resolve`` with a redirect to a local file, ``location=other.url + "/x"`` sends it
+to another origin (``server.ForeignOrigin``), ``location="{path}", count=100`` loops.
 """
 
 from __future__ import annotations
@@ -383,6 +388,17 @@ def _flag(query: dict, key: str) -> bool:
 
 def _stamp(date: datetime.datetime) -> str:
     return date.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def resolve_path(repo: str, revision: str, path: str) -> str:
+    """The path (below the upstream's root, as the request log and the faults see it) at which the
+    hub answers ``resolve`` of ``path`` in ``repo`` at ``revision``."""
+    return "%s/%s/resolve/%s/%s" % (HUB_PREFIX, repo, revision, path)
+
+
+def info_path(repo: str, revision: str = "main") -> str:
+    """The path of ``repo``'s model info at ``revision`` (as the request log and the faults see it)."""
+    return "%s/api/models/%s/revision/%s" % (HUB_PREFIX, repo, revision)
 
 
 def valid_path(path) -> bool:

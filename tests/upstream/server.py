@@ -3,6 +3,18 @@ and the Hugging Face hub (``tests.upstream.hub``, under ``/hub``; its CDN on a p
 
 Standard library only (``http.server.ThreadingHTTPServer`` in a thread on 127.0.0.1). The URL
 layout, the control endpoints and the catalogue are specified in ``docs/dev/CONTRACTS.md``.
+
+Hostile modes, for the tests of the collection's redirect policy:
+
+* the fault ``{"kind": "redirect", "path": <prefix>, "location": <URL>, "status": 302, "count": 1}``
+  answers the matching requests (hub, CDN, PyPI, GitHub; any method) with a redirect to
+  ``location``, whatever it is: ``file:///root/secret.env``, ``ftp://...``, ``data:...``, another
+  origin (a :class:`ForeignOrigin`), a plain ``http://`` URL. ``{path}`` in it is the request's own
+  path and query, ``{n}`` how many times the rule answered: ``location="{path}"`` with a large
+  ``count`` is an endless redirect loop;
+* :class:`ForeignOrigin` is another origin (127.0.0.1 on another port, a loopback alias such as
+  127.0.0.2, or https with a certificate the test makes): it answers scripted routes and logs every
+  request with its headers as received, nothing masked, since no credential may ever reach it.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ import html
 import io
 import json
 import pathlib
+import ssl
 import threading
 import time
 import urllib.parse
@@ -26,7 +39,8 @@ from tests.upstream.builder import normalize, tamper
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
 TORCH_INDEXES = ("cu129", "cu130")
-FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest")
+FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest", "redirect")
+REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 # The defaults are those of the real services (FACTS.md): the PyPI these machines reach answers
 # 404 for the release JSON, and PyTorch's index dates only part of its files.
 SWITCH_DEFAULTS = {"release_json_404": True, "torch_upload_times": "partial"}
@@ -234,6 +248,13 @@ class State:
                 rule.setdefault("delay", 1.0)
                 if not isinstance(rule["delay"], (int, float)) or rule["delay"] < 0:
                     raise ControlError("delay must be a non-negative number of seconds")
+            if kind == "redirect":
+                rule.setdefault("status", 302)
+                rule["answered"] = 0
+                if not isinstance(rule.get("location"), str) or not rule["location"]:
+                    raise ControlError("fault redirect needs a location (any URL: file://, another host, {path})")
+                if rule["status"] not in REDIRECT_STATUSES:
+                    raise ControlError("fault redirect: status must be one of %s" % ", ".join(map(str, REDIRECT_STATUSES)))
         with self.lock:
             self.faults.append(rule)
         return rule
@@ -272,6 +293,9 @@ class State:
                 if rule["kind"] == "rate_limit" and (authenticated or not path.startswith("/github/api/")):
                     continue
                 rule["count"] -= 1
+                if rule["kind"] == "redirect":
+                    rule["answered"] += 1
+                    rule = dict(rule)  # the answer's own copy: {n} as it was for this request
                 taken.append(rule)
                 if rule["kind"] != "slow":
                     break
@@ -751,6 +775,11 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             elif rule["kind"] == "invalid_json":
                 response = Response(200, INVALID_JSON_BODY, "application/json")
+            elif rule["kind"] == "redirect":
+                here = split.path + ("?" + split.query if split.query else "")
+                location = rule["location"].replace("{path}", here).replace("{n}", str(rule["answered"]))
+                response = Response(rule["status"], ("Redirecting to %s" % location).encode(),
+                                    "text/plain; charset=utf-8", {"Location": location})
             elif rule["kind"] == "truncate":
                 truncate = True
         if response is None:
@@ -933,3 +962,120 @@ class FakeUpstream:
         except (ControlError, hub.HubControlError) as exc:
             return _json({"message": str(exc)}, 400)
         return _json({"message": "no control endpoint %s %s" % (method, path)}, 404)
+
+
+# -- another origin, for the hostile tests ------------------------------------------------------
+
+
+class ForeignOrigin:
+    """Another origin than the fake upstream's: a server on ``host`` (127.0.0.1 on a port of its
+    own, or a loopback alias such as 127.0.0.2) that answers scripted routes and logs every
+    request as it came, headers and body unmasked: the place where no credential may ever arrive.
+
+    ``route(path, status=200, body=b"", headers=None, method=None)`` scripts an answer (``path``
+    with its query, as the client asks it; ``method`` None: any); ``redirect(path, location,
+    status=302)`` a redirect. Anything else: 404. ``tls=(certfile, keyfile)`` serves https.
+    ``log()`` is the list of ``{"method", "path", "headers", "body"}``, ``text()`` all of it as one
+    string (for a test that greps it for a planted token)."""
+
+    def __init__(self, host: str = "127.0.0.1", tls=None):
+        self.host = host
+        self.tls = tls
+        self.routes: dict = {}
+        self._log: list[dict] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def route(self, path: str, status: int = 200, body=b"", headers=None, method=None,
+              content_type="application/octet-stream") -> "ForeignOrigin":
+        if isinstance(body, (dict, list)):
+            body, content_type = json.dumps(body).encode(), "application/json"
+        elif isinstance(body, str):
+            body = body.encode()
+        with self._lock:
+            self.routes[(method, path)] = Response(status, body, content_type, headers)
+        return self
+
+    def redirect(self, path: str, location: str, status: int = 302, method=None) -> "ForeignOrigin":
+        return self.route(path, status, ("Redirecting to %s" % location).encode(), {"Location": location},
+                          method=method, content_type="text/plain")
+
+    def _answer(self, method: str, path: str) -> Response:
+        with self._lock:
+            found = self.routes.get((method, path)) or self.routes.get((None, path))
+        return found or Response(404, b'{"message": "Not Found"}', "application/json")
+
+    def log(self) -> list[dict]:
+        with self._lock:
+            return copy.deepcopy(self._log)
+
+    def text(self) -> str:
+        """Every request logged, as one string: method, path, each header and the body."""
+        parts = []
+        for entry in self.log():
+            parts.append("%s %s" % (entry["method"], entry["path"]))
+            parts.extend("%s: %s" % item for item in entry["headers"].items())
+            parts.append(entry["body"])
+        return "\n".join(parts)
+
+    def start(self) -> "ForeignOrigin":
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 30
+
+            def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+                pass
+
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length > 0 else b""
+                with owner._lock:
+                    owner._log.append({"method": self.command, "path": self.path,
+                                       "headers": dict(self.headers.items()),
+                                       "body": body.decode("utf-8", "replace")})
+                response = owner._answer(self.command, self.path)
+                self.send_response(response.status)
+                for key, value in response.headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(response.body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(response.body)
+                self.wfile.flush()
+
+            do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any  # noqa: N815
+
+        server = ThreadingHTTPServer((self.host, 0), Handler)
+        server.daemon_threads = True
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="foreign-origin", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("foreign origin is not started")
+        return "%s://%s:%d" % ("https" if self.tls else "http", self.host, self._server.server_address[1])

@@ -9,8 +9,8 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.module_utils import _github, _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
-API = "http://gh.test/api"
-DL = "http://gh.test/download"
+API = "https://gh.test/api"
+DL = "https://gh.test/download"
 REPO = "vllm-project/vllm"
 
 X86 = "vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_x86_64.whl"

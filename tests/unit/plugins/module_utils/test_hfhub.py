@@ -12,7 +12,7 @@ from huggingface_hub.utils import filter_repo_objects
 from ansible_collections.llmfleet.engines.plugins.module_utils import _hfhub, _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
-EP = "http://hub.test/prefix"
+EP = "https://hub.test/prefix"
 REPO = "org/model"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOKEN = "hf_TOPSECRETtoken0123456789"

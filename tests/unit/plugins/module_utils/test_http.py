@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.module_utils import _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
-URL = "http://index.test/pypi/x/json"
+URL = "https://index.test/pypi/x/json"
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.modules import github_digest
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module
 
-API = "http://gh.test/api"
-DL = "http://gh.test/dl"
+API = "https://gh.test/api"
+DL = "https://gh.test/dl"
 TOKEN = "ghp_TOPSECRET0123456789"
 X86 = "vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_x86_64.whl"
 ARM = "vllm-0.15.1+cu130-cp38-abi3-manylinux_2_31_aarch64.whl"

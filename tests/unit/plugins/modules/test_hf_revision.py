@@ -12,7 +12,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils import _hfhub
 from ansible_collections.llmfleet.engines.plugins.modules import hf_revision
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module, warnings_text
 
-EP = "http://hub.test/hub"
+EP = "https://hub.test/hub"
 REPO = "org/model"
 SHA = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"

@@ -20,7 +20,9 @@ two compare.
 
 from __future__ import annotations
 
+import os
 import time
+from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
@@ -30,8 +32,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
 PHASES = ("starting", "health", "models", "completion", "ready")
 #: The properties read with ``systemctl show``.
 UNIT_PROPERTIES = ("ActiveState", "SubState", "ActiveEnterTimestampMonotonic",
-                   "ExecMainStartTimestampMonotonic", "NRestarts", "Result")
-_INT_PROPERTIES = ("ActiveEnterTimestampMonotonic", "ExecMainStartTimestampMonotonic", "NRestarts")
+                   "ExecMainStartTimestampMonotonic", "NRestarts", "Result", "MainPID")
+_INT_PROPERTIES = ("ActiveEnterTimestampMonotonic", "ExecMainStartTimestampMonotonic", "NRestarts", "MainPID")
 #: Unit states that mean the server is not going to answer.
 DEAD_STATES = ("failed", "inactive")
 #: How many journal lines a message quotes (all ``journal_lines`` are in the result).
@@ -92,6 +94,81 @@ def parse_show(text):
             except ValueError:
                 values[key] = None
     return values
+
+
+def listening_pids(port, proc="/proc"):
+    """The processes that hold a listening TCP socket on ``port`` (any address, IPv4 or IPv6), from
+    ``/proc/net/tcp*`` and the processes' descriptors; None when that cannot be read (not root, or
+    not Linux), so that the caller can tell "nobody" from "cannot tell"."""
+    inodes = set()
+    try:
+        for name in ("tcp", "tcp6"):
+            path = os.path.join(proc, "net", name)
+            if not os.path.exists(path):
+                continue
+            with open(path) as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(fields[9])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not inodes:
+        return set()
+    wanted = set("socket:[%s]" % inode for inode in inodes)
+    pids = set()
+    unreadable = False
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        fd_dir = os.path.join(proc, entry, "fd")
+        try:
+            names = os.listdir(fd_dir)
+        except OSError:
+            unreadable = unreadable or os.path.exists(fd_dir)
+            continue
+        for fd in names:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
+                    pids.add(int(entry))
+                    break
+            except OSError:
+                continue
+    if not pids and unreadable:
+        return None
+    return pids
+
+
+def process_tree(pid, proc="/proc"):
+    """``pid`` and every process below it (by the parent pid of ``/proc/<pid>/stat``)."""
+    children = {}
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, entry, "stat")) as handle:
+                text = handle.read()
+            parent = int(text[text.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    out, pending = set(), [pid]
+    while pending:
+        current = pending.pop()
+        if current in out:
+            continue
+        out.add(current)
+        pending.extend(children.get(current, []))
+    return out
+
+
+def _process_name(pid, proc="/proc"):
+    try:
+        with open(os.path.join(proc, str(pid), "comm")) as handle:
+            return handle.read().strip()
+    except OSError:
+        return "?"
 
 
 class Unit:
@@ -243,16 +320,36 @@ class Gate:
                 "its journal and start it again" % (self._what(), active, state.get("SubState"), state.get("Result")),
                 journal=True)
 
-    def _call(self, phase, method, path, payload=None, decode=True):
+    def _check_port_holder(self):
+        """Before the API key is sent: the port must be held by the unit's main process or one of
+        its children, not by a process that bound it between a stop and a start."""
+        if not (self.unit and self.headers):
+            return
+        main = (self.result["unit_state"] or {}).get("MainPID")
+        parsed = urlsplit(self.url)
+        if not main or parsed.hostname not in ("127.0.0.1", "::1", "localhost") or not parsed.port:
+            return  # no process to compare with, or not this node's port: nothing to tell
+        holders = listening_pids(parsed.port)
+        if not holders:
+            return  # cannot tell (not root), or nothing listens (the request will say so)
+        if holders & process_tree(main):
+            return
+        others = ", ".join("%d (%s)" % (pid, _process_name(pid)) for pid in sorted(holders))
+        raise self._error(ServerRefused, "%s: port %d is held by process %s, not by the unit's main process %d or its"
+                          " children: another program answers there, and the API key was not sent to it"
+                          % (self._what(), parsed.port, others, main))
+
+    def _call(self, phase, method, path, payload=None, decode=True, auth=False):
         """One request: ``(data or None, response)``; "not yet" as :class:`_NotYet`, anything
-        waiting will not change as :class:`ServerRefused`."""
+        waiting will not change as :class:`ServerRefused`. The API key goes only with ``auth``."""
         url = self.url + path
+        headers = self.headers if auth else {}
         try:
             if method == "POST":
-                return self.client.post_json(url, payload, self.headers)
+                return self.client.post_json(url, payload, headers)
             if decode:
-                return self.client.get_json(url, self.headers)
-            return None, self.client.get(url, self.headers)
+                return self.client.get_json(url, headers)
+            return None, self.client.get(url, headers)
         except _http.UnreachableError as exc:
             if exc.last_status is None and phase == "health":
                 phase = "starting"  # nothing answers yet
@@ -292,7 +389,8 @@ class Gate:
                     "another process on that port) is the one answering"
                     % (self._what(), self.url, answered, self.version))
 
-        data, _resp = self._call("models", "GET", "/v1/models")
+        self._check_port_holder()
+        data, _resp = self._call("models", "GET", "/v1/models", auth=True)
         listed = data.get("data") if isinstance(data, dict) else None
         if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):
             raise self._error(
@@ -310,7 +408,7 @@ class Gate:
 
         started = self.clock()
         data, _resp = self._call("completion", "POST", "/v1/completions",
-                                 {"model": self.model, "prompt": PROMPT, "max_tokens": 1})
+                                 {"model": self.model, "prompt": PROMPT, "max_tokens": 1}, auth=True)
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or len(choices) != 1:
             got = "%d choices" % len(choices) if isinstance(choices, list) else "no choices"

@@ -132,8 +132,11 @@ notes:
   - The module runs on the node of the unit. systemd's C(*TimestampMonotonic) values and the
     module's clock are both CLOCK_MONOTONIC, so RV(since_start_s) is exact even when the node's
     wall clock jumps.
-  - vLLM's C(/health) and C(/version) do not ask for the API key; C(/v1/models) and the completion
-    do, so a wrong O(api_key) fails at phase C(models).
+  - vLLM's C(/health) and C(/version) do not ask for the API key, and get none; C(/v1/models) and
+    the completion do, so a wrong O(api_key) fails at phase C(models).
+  - With O(unit) and O(api_key), before the key is sent, the port of a loopback O(url) must be held
+    by the unit's main process or one of its children (read from C(/proc); needs root): a process
+    that took the port between a stop and a start fails the task, named, and never sees the key.
 """
 
 EXAMPLES = r"""
@@ -227,8 +230,8 @@ models:
 unit_state:
   description:
     - The unit's properties as C(systemctl show) gave them at the last attempt; null without O(unit).
-    - The C(*TimestampMonotonic) values (microseconds of CLOCK_MONOTONIC, 0 for never) and
-      C(NRestarts) are integers.
+    - The C(*TimestampMonotonic) values (microseconds of CLOCK_MONOTONIC, 0 for never),
+      C(NRestarts) and C(MainPID) are integers.
   returned: always
   type: dict
   sample:

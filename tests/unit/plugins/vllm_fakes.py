@@ -161,12 +161,12 @@ class FakeUnit:
         self.set()
         self.journal([])
 
-    def set(self, active="active", sub="running", started_ago=30.0, restarts=0, result="success"):
+    def set(self, active="active", sub="running", started_ago=30.0, restarts=0, result="success", main_pid=0):
         start_us = int((time.monotonic() - started_ago) * 1e6) if started_ago is not None else 0
         (self.dir / "show").write_text(
             "ActiveState=%s\nSubState=%s\nActiveEnterTimestampMonotonic=%d\n"
-            "ExecMainStartTimestampMonotonic=%d\nNRestarts=%d\nResult=%s\n"
-            % (active, sub, start_us, start_us, restarts, result))
+            "ExecMainStartTimestampMonotonic=%d\nNRestarts=%d\nResult=%s\nMainPID=%d\n"
+            % (active, sub, start_us, start_us, restarts, result, main_pid))
         return start_us
 
     def journal(self, lines):

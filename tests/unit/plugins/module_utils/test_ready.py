@@ -3,6 +3,12 @@
 
 from __future__ import annotations
 
+import subprocess
+
+import socket
+
+import os
+
 import threading
 import time
 
@@ -15,7 +21,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runn
 from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm
 
 SHOW = ("show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p ExecMainStartTimestampMonotonic "
-        "-p NRestarts -p Result vllm.service")
+        "-p NRestarts -p Result -p MainPID vllm.service")
 OOM = [
     "INFO 05-04 10:00:01 [api_server.py:1090] vLLM API server version 0.20.0",
     "INFO 05-04 10:00:09 [model_runner.py:1100] Loading model weights took 15.2 GiB",
@@ -161,7 +167,7 @@ def test_since_start_is_from_the_units_start(servers, unit):
     assert 100 <= result["health_s"] <= result["since_start_s"] < 102
     assert result["unit_state"] == {
         "ActiveState": "active", "SubState": "running", "ActiveEnterTimestampMonotonic": start_us,
-        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success"}
+        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": 0}
     assert unit.calls() == ["systemctl " + SHOW]
 
 
@@ -214,7 +220,9 @@ def test_api_key_is_sent_and_a_401_fails_without_leaking_it(servers):
     fake = servers(api_key="sk-right-key")
     result = gate(fake.url, api_key="sk-right-key", wait=0).run()
     assert result["ready"] is True
-    assert [r["auth"] for r in fake.requests] == ["Bearer sk-right-key"] * 3
+    # the key goes only with the requests vLLM checks it on: not /health
+    assert [(r["path"], r["auth"]) for r in fake.requests] == [
+        ("/health", None), ("/v1/models", "Bearer sk-right-key"), ("/v1/completions", "Bearer sk-right-key")]
 
     exc, took = timed(gate(fake.url, api_key="sk-wrong-key", wait=30).run)
     assert isinstance(exc, _ready.ServerRefused)
@@ -316,3 +324,40 @@ def test_a_unit_that_died_and_waits_to_restart_fails_at_once(servers, unit):
         "vLLM at %s (unit vllm.service), model m: the unit is activating (SubState auto-restart, Result exit-code),"
         " so the server will not answer" % fake.url)
     assert took < 1 and fake.seen() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading which process holds a port needs root")
+def test_the_key_goes_only_to_the_units_own_process(servers, unit):
+    """A local user that binds the port between the stop and the start (here: this test process,
+    not the unit's main process) gets no API key; the unit's own process (or a child of it) does."""
+    fake = servers(api_key="sk-right-key")
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        unit.set(main_pid=stranger.pid)  # the unit's process is another one than the port's holder
+        exc, _took = timed(gate(fake.url, api_key="sk-right-key", unit=unit, wait=30).run)
+        assert isinstance(exc, _ready.ServerRefused), exc
+        assert "port %d is held by process %d" % (fake.port, os.getpid()) in exc.msg, exc.msg
+        assert "the API key was not sent" in exc.msg
+        assert all(r["auth"] is None for r in fake.requests), fake.requests
+        assert "sk-right-key" not in repr(exc.details)
+    finally:
+        stranger.kill()
+        stranger.wait()
+    # the holder is the unit's main process: the gate goes on and sends the key
+    unit.set(main_pid=os.getpid())
+    assert gate(fake.url, api_key="sk-right-key", unit=unit, wait=0).run()["ready"] is True
+    # and a parent of the holder (the holder is a child of the unit's main process)
+    unit.set(main_pid=os.getppid())
+    assert gate(fake.url, api_key="sk-right-key", unit=unit, wait=0).run()["ready"] is True
+
+
+def test_listening_pids_finds_this_process_and_nobody_on_a_free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        found = _ready.listening_pids(port)
+        if os.geteuid() == 0:
+            assert found == {os.getpid()}
+        assert os.getpid() in _ready.process_tree(os.getppid())
+    assert _ready.listening_pids(port) in (set(), None)

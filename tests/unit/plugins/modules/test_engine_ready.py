@@ -13,7 +13,7 @@ KEY = "sk-TOPSECRET-0123456789"
 JOURNAL = ["ValueError: The model's max seq len (131072) is larger than the maximum number of tokens "
            "that can be stored in KV cache (40960)", "vllm.service: Failed with result 'exit-code'."]
 SHOW = ("systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic "
-        "-p ExecMainStartTimestampMonotonic -p NRestarts -p Result vllm.service")
+        "-p ExecMainStartTimestampMonotonic -p NRestarts -p Result -p MainPID vllm.service")
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_ready_in_check_and_normal_mode(servers, unit, capsys, check_mode):
     assert 0 < result["completion_ms"] < 2000
     assert result["unit_state"] == {
         "ActiveState": "active", "SubState": "running", "ActiveEnterTimestampMonotonic": start_us,
-        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success"}
+        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": 0}
     assert "journal" not in result and "msg" not in result
     assert fake.seen() == ["GET /health", "GET /version", "GET /v1/models", "POST /v1/completions"]
     assert unit.calls() == [SHOW]

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os.path
 import re
+from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import url_text_problem
 
 # The version syntax validate.yml accepts for engine_node_version: a release such as 0.20.0.
 _VERSION_RE = r"^v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?$"
@@ -38,6 +40,17 @@ def _dict(value, what):
 def _no_userinfo(url):
     """A URL as the operator may see it: without the ``user:password@`` of a mirror."""
     return re.sub(r"//[^/@]*@", "//", _text(url))
+
+
+# scheme://user:password@ (or scheme://token@) anywhere in a text
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s:]*)(:[^/?#@\s]*)?@")
+
+
+def _redacted(text):
+    """A text as the operator, the play's stats and AWX's artifacts may keep it: each URL's password as
+    ``****`` (``https://user:****@host/``), a token given as the user likewise (``https://****@host/``)."""
+    return _USERINFO.sub(lambda m: "%s%s@" % (m.group(1), (m.group(2) + ":****") if m.group(3) else "****"),
+                         _text(text))
 
 
 def _text(value):
@@ -96,7 +109,14 @@ def engine_node_summary(result, job=None, root=""):
 def engine_node_error(failure, requested, plan, fallback_on, retry=False, first_job=None, first_failure=None,
                       job=None, other=""):
     """Why this node's engine could not be installed, in words; None (the result's ``error: null``) when
-    nothing failed."""
+    nothing failed. It goes into the play's stats (AWX's artifacts) and the node's failure: a URL's
+    password in it is ``****``."""
+    text = _engine_node_error(failure, requested, plan, fallback_on, retry, first_job, first_failure, job, other)
+    return None if text is None else _redacted(text)
+
+
+def _engine_node_error(failure, requested, plan, fallback_on, retry=False, first_job=None, first_failure=None,
+                       job=None, other=""):
     if failure is None:
         return None
     failure = _dict(failure, "engine_node_error: the input (the failure)")
@@ -137,15 +157,15 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     errors = []
     if "exclude_newer" not in release:
         errors.append("asking %s when vLLM %s was published failed: %s" % (
-            _no_userinfo(pypi.get("index_url")), _text(job.get("version")), _text(release.get("msg") or "no answer")))
+            _no_userinfo(pypi.get("index_url")), _text(job.get("version")), _redacted(release.get("msg") or "no answer")))
     if github is not None and "sha256" not in asset:
         errors.append("asking GitHub (%s) for the %s wheel of vLLM %s failed: %s" % (
             _no_userinfo(_dict(github, "lookup_github").get("api_url")), _text(job.get("build")), _text(job.get("version")),
-            _text(asset.get("msg") or "no answer")))
+            _redacted(asset.get("msg") or "no answer")))
     if uv is not None and "files" not in uv_release:
         uv = _dict(uv, "lookup_uv")
         errors.append("asking %s for uv %s failed: %s" % (
-            _no_userinfo(uv.get("index_url")), _text(uv.get("version")), _text(uv_release.get("msg") or "no answer")))
+            _no_userinfo(uv.get("index_url")), _text(uv.get("version")), _redacted(uv_release.get("msg") or "no answer")))
     return errors
 
 
@@ -168,10 +188,10 @@ def engine_node_fleet_errors(lock_item, fleet_lock=None, asset=None, warmed=None
         errors.append(_text(item["error"]))
     if fleet_lock and "lock_sha256" not in fleet_lock:
         errors.append("compiling the fleet lock %s on the controller failed: %s"
-                      % (_text(item.get("name")), _text(fleet_lock.get("msg", "no answer"))))
+                      % (_text(item.get("name")), _redacted(fleet_lock.get("msg", "no answer"))))
     if asset.get("cache_error"):
         errors.append("putting the GitHub wheel %s into the fleet cache failed: %s"
-                      % (_no_userinfo(asset.get("url")), _text(asset["cache_error"])))
+                      % (_no_userinfo(asset.get("url")), _redacted(asset["cache_error"])))
     for result in warmed:
         result = _dict(result, "engine_node_fleet_errors: each result of warmed")
         if "bytes" in result or "skipped" in result or not item:
@@ -179,8 +199,47 @@ def engine_node_fleet_errors(lock_item, fleet_lock=None, asset=None, warmed=None
         if _dict(result.get("item"), "engine_node_fleet_errors: a result's item").get("item") != item:
             continue
         errors.append("filling the fleet cache with the lock %s failed: %s"
-                      % (_text(item.get("name")), _text(result.get("msg", "no answer"))))
+                      % (_text(item.get("name")), _redacted(result.get("msg", "no answer"))))
     return errors
+
+
+def _origin(url):
+    parts = urlsplit(_text(url))
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+def engine_node_cached_wheel(asset, cached=None, cache_url="", check_mode=False):
+    """This node's GitHub wheel (``asset``, github_digest's answer) as the fleet cache gave it back
+    (``cached``, devpi_wheel's result for it): the cache's URL in ``url``, GitHub's in ``upstream_url``;
+    in check mode, with nothing uploaded yet, the asset as it is; else the asset with ``cache_error``,
+    which stops the node before it builds (``engine_node_fleet_errors``).
+
+    The cache's URL becomes the engine's requirement line on the controller and on every node, so it
+    is taken only on the cache's own origin (``cache_url``'s scheme, host and port) and without a
+    ``$``, a ``%`` escape of one, white space or a control character (uv expands ``${NAME}`` in
+    requirement lines from its environment, where the indexes' credentials are): the wheel's sha256
+    protects the file, not the secrets a listing could send elsewhere."""
+    asset = _dict(asset, "engine_node_cached_wheel: the input (the asset)")
+    cached = _dict(cached, "engine_node_cached_wheel: cached")
+    url = _text(cached.get("url"))
+    if url:
+        problem = url_text_problem(url)
+        if problem is None and _origin(url) != _origin(cache_url):
+            problem = "it is not on the fleet cache's origin %s, which alone is asked for it" % (
+                "%s://%s:%s" % _origin(cache_url) if _origin(cache_url) else _no_userinfo(cache_url))
+        if problem:
+            why = "the fleet cache %s listed the wheel at %r, which is not taken: %s. Find out what answers at " \
+                  "engine_node_cache_url" % (_no_userinfo(cache_url), _redacted(url), _redacted(problem))
+            return dict(asset, cache_error=why)
+        return dict(asset, url=url, upstream_url=asset.get("url"))
+    if boolean(check_mode, strict=False) and boolean(cached.get("uploaded", False), strict=False):
+        return asset
+    return dict(asset, cache_error=_redacted(cached.get("msg") or "no answer"))
 
 
 # The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
@@ -262,7 +321,7 @@ def _off_wanted(node):
     if not node.get("current"):
         return "runs nothing, the inventory wants %s" % wants
     if _text(node.get("version")) == version and (not judged or node.get("effective") == build
-                                                   or _kept_fallback(node)):
+                                                  or _kept_fallback(node)):
         return None
     return "runs %s, the inventory wants %s" % (_text(node.get("current")), wants)
 
@@ -391,6 +450,7 @@ class FilterModule:
             "engine_node_error": engine_node_error,
             "engine_node_lookup_errors": engine_node_lookup_errors,
             "engine_node_fleet_errors": engine_node_fleet_errors,
+            "engine_node_cached_wheel": engine_node_cached_wheel,
             "engine_node_attempt_why": engine_node_attempt_why,
             "engine_node_lock_item": engine_node_lock_item,
             "engine_report_drift": engine_report_drift,

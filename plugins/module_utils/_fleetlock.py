@@ -6,12 +6,19 @@
 The flow behind ``uv_fleet_lock``: the lock of a group of nodes, compiled once on the controller.
 
     uv --version
+    the privilege line: the lock's directory, <dest>, <dest>.json, the pylock, uv, its cache
+        changeable by no other user (``_trust``), else refused before anything runs
     <dest>.json says the same inputs, <dest> (and the pylock) unchanged   -> nothing to do
     uv pip compile --generate-hashes --no-build --exclude-newer ... --python-version X.Y
-        --python-platform TRIPLE [indexes] -> <dest>.tmp.<pid>
+        --python-platform TRIPLE [indexes] -> a private directory (mkdtemp) beside <dest>
     the lock checked: every line pinned and hashed, the engine at its version, ``expect``
     uv pip compile ... --format pylock.toml <the checked lock> -> pylock.<name>.toml (same pins)
-    renamed into place; <dest>.json written last (the inputs, the sha256s)
+    each written from what was checked to a mkstemp file beside its target (O_EXCL, a name nobody
+    can guess), fsync'd, chmod'd through its descriptor, renamed into place; <dest>.json last
+
+Whoever can change the lock's directory, the lock or its record decides what root installs on
+every node (the nodes take the lock's text as it is), and whoever can change the uv binary runs as
+this user: so the lock is not compiled, nor said to be up to date, from such a place.
 
 The same requirement lines as a node's own resolution (``_uvcmd.requirement_lines``), the same
 index options and credentials handling (credentials reach uv through its environment only), the
@@ -30,8 +37,9 @@ import time
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
     InstallTimeout, LockInvalid, LockMismatch, OptionError, ResolveFailed, UvUnusable)
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils._trust import owner_name, trusted_uids, untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
-    check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
+    check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
     index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, redact, requirement_lines,
     strip_userinfo)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
@@ -60,10 +68,36 @@ def _sha256_of_file(path):
         return None
 
 
+def write_beside(path, data, mode=0o644):
+    """``data`` (bytes) into ``path`` atomically: a new file beside it made by ``mkstemp`` (O_EXCL, a
+    name nobody can guess, so no link planted in the directory is followed), written, fsync'd, its mode
+    set through its descriptor, then renamed over ``path``; the directory fsync'd."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 class FleetLock:
     """The lock at ``params['dest']``; ``run`` is a command runner (``_proc.Runner()`` or a fake)."""
 
-    def __init__(self, params, run, uv_bin, check_mode=False, clock=time.monotonic):
+    def __init__(self, params, run, uv_bin, check_mode=False, clock=time.monotonic, trusted=None):
         self.p = params
         self.run = run
         self.uv = uv_bin
@@ -74,6 +108,8 @@ class FleetLock:
         self.pylock = pylock_path(self.dest) if params.get("pylock") else None
         self.secrets = param_secrets(params)
         self.cmd = None
+        # who may own what decides the lock (_trust): root, and the user running the module
+        self.trusted = trusted_uids() if trusted is None else frozenset(trusted)
 
     # -- pieces ------------------------------------------------------------------------------
 
@@ -93,9 +129,41 @@ class FleetLock:
             raise OptionError("dest %s is a directory; give the lock file's path (for example %s)"
                               % (self.dest, os.path.join(self.dest, "vllm.txt")))
         exclude_newer_package_args(p.get("exclude_newer_package"))
+        check_requirement_inputs(p["engine"], p["version"], p.get("requirements"), p.get("wheel"), where=(
+            "the caller: in the engine_node role, the wheel URL is the fleet cache's listing (devpi_wheel) or "
+            "GitHub's release assets (github_digest), an upstream's word"))
         if p.get("wheel"):
             normalize_sha256(p["wheel"]["sha256"])
             check_wheel_credentials(p["wheel"]["url"], p.get("index_url"), p.get("extra_index_url"))
+
+    def places(self):
+        """``(option, path, what)`` of everything that decides the lock or runs: refused when another
+        user could change it (``check_privilege_line``)."""
+        places = [("dest", os.path.dirname(self.dest), "the directory of the lock, where it is written and renamed"),
+                  ("dest", self.dest, "the lock every node of the group installs from, as root"),
+                  ("dest", self.state_path, "the record of the lock's inputs and sha256, which says it is up to date")]
+        if self.pylock:
+            places.append(("pylock", self.pylock, "the lock in PEP 751 form"))
+        places.append(("uv", self.uv, "the uv binary it runs"))
+        if self.p.get("cache_dir"):
+            places.append(("cache_dir", self.p["cache_dir"], "uv's cache, from which the lock's hashes may come"))
+        return places
+
+    def check_privilege_line(self, only=None):
+        """Refuse (OptionError naming the path, its owner and mode) when another user could change the
+        lock's directory, the lock, its record, the pylock, the uv binary or its cache (``_trust``): what
+        root installs on every node, and what this user runs."""
+        for option, place, what in self.places():
+            if not place or (only is not None and place != only):
+                continue
+            problem = untrusted_component(place, self.trusted)
+            if problem:
+                raise OptionError(
+                    "%s %s cannot be trusted: uv_fleet_lock, as %s, uses it as %s, and %s. Every directory on its "
+                    "path must belong to %s and be writable by no one else: %s. Nothing was done."
+                    % (option, place, owner_name(os.geteuid()), what, problem.describe(),
+                       " or ".join(owner_name(uid) for uid in sorted(self.trusted)), problem.fix),
+                    untrusted=dict(problem.as_dict(), option=option, path=place))
 
     def env(self):
         credentials = index_credentials(self.p.get("index_url"), self.p.get("extra_index_url"))
@@ -209,6 +277,8 @@ class FleetLock:
 
     def present(self):
         self.validate()
+        # before uv runs at all, and before the lock or its record is read
+        self.check_privilege_line()
         wanted = self.inputs(self.uv_version())
         state = self.recorded()
         reasons = self.reasons(wanted, state)
@@ -234,10 +304,13 @@ class FleetLock:
     def _build(self, wanted, reqs, reasons):
         deadline = self.clock() + self.p["timeout"]
         directory = os.path.dirname(self.dest)
-        os.makedirs(directory, exist_ok=True)
-        tmp = "%s.tmp.%d" % (self.dest, os.getpid())
-        tmpdir = None
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        self.check_privilege_line(only=directory)  # as made (the umask), or as found made by another run
+        # uv writes into a directory of this run's own (0700: no other user can put or replace anything
+        # there); what is renamed into place is the text that was checked, written by this module
+        work = tempfile.mkdtemp(prefix=".uv_fleet_lock.", dir=directory)
         try:
+            tmp = os.path.join(work, "lock.txt")
             argv = self._argv(tmp)
             self._compile(argv, "\n".join(reqs), deadline, "resolving %s for %s as of %s" % (
                 ", ".join(reqs), self.p["python_platform"], self.p["exclude_newer"]))
@@ -246,30 +319,22 @@ class FleetLock:
             entries = self.check(text, "Nothing was written to %s." % self.dest)
             pylock_sha = None
             if self.pylock:
-                tmpdir = tempfile.mkdtemp(prefix=".pylock.", dir=directory)
-                out = os.path.join(tmpdir, "pylock.toml")
+                out = os.path.join(work, "pylock.toml")
                 # from the checked lock: the same pins, in PEP 751 form
                 self._compile(self._argv(out, pylock=True, src=tmp), None, deadline,
                               "writing the lock for %s as pylock.toml" % self.label())
-                os.chmod(out, 0o644)
-                pylock_sha = _sha256_of_file(out)
-                os.replace(out, self.pylock)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, self.dest)
+                with open(out, "rb") as handle:
+                    data = handle.read()
+                write_beside(self.pylock, data)
+                pylock_sha = text_sha256(data.decode("utf-8", "replace"))
+            write_beside(self.dest, text.encode("utf-8"))
             lock_sha = text_sha256(text)
             state = {"format": STATE_FORMAT, "inputs": wanted, "lock_sha256": lock_sha,
                      "pylock_sha256": pylock_sha, "packages": lock_versions(entries),
                      "compiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            state_tmp = "%s.tmp.%d" % (self.state_path, os.getpid())
-            with open(state_tmp, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(state, indent=2, sort_keys=True) + "\n")
-            os.replace(state_tmp, self.state_path)
+            write_beside(self.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         finally:
-            for leftover in (tmp,):
-                if os.path.exists(leftover):
-                    os.unlink(leftover)
-            if tmpdir:
-                shutil.rmtree(tmpdir, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
         self.cmd = redact(argv, self.secrets)
         return self._result(True, lock_sha, entries, "compiled the lock for %s at %s: %s"
                             % (self.label(), self.dest, "; ".join(reasons)), reasons=reasons)

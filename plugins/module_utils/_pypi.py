@@ -19,7 +19,7 @@ import bisect
 import datetime
 import re
 
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, unquote, urljoin
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     InvalidJsonError,
@@ -35,6 +35,41 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SOURCE_RELEASE = "release_json"
 SOURCE_PROJECT = "project_json"
 SOURCE_SIMPLE = "simple_json"
+
+
+# scheme://user:password@ (or scheme://token@) anywhere in a text
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s:]*)(:[^/?#@\s]*)?@")
+
+
+def url_secrets(*urls):
+    """The secrets of the URLs' userinfo, as written and percent-decoded: each password, or the
+    user where there is no password (a token given as the user, ``https://TOKEN@host/``)."""
+    found = set()
+    for url in urls:
+        match = _USERINFO.match(url or "")
+        if not match:
+            continue
+        secret = match.group(3)[1:] if match.group(3) else match.group(2)
+        if secret:
+            found.update((secret, unquote(secret)))
+    return found
+
+
+def redact_passwords(value, secrets=()):
+    """``value`` (a text, or every text in a list or dict) with each URL's password as ``****``
+    (``https://user:****@host/``), a token given as the user likewise (``https://****@host/``), and
+    each of ``secrets`` (4 characters or more) wherever else it appears."""
+    if isinstance(value, dict):
+        return dict((k, redact_passwords(v, secrets)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [redact_passwords(v, secrets) for v in value]
+    if not isinstance(value, str):
+        return value
+    text = _USERINFO.sub(lambda m: "%s%s@" % (m.group(1), (m.group(2) + ":****") if m.group(3) else "****"), value)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, "****")
+    return text
 
 
 class PypiError(LlmfleetError):

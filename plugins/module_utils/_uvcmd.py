@@ -250,6 +250,96 @@ def check_wheel_credentials(wheel_url, index_url=None, extra_index_url=None):
         "without credentials." % (scheme, host, port, host))
 
 
+# -- what may become a requirement or lock line ----------------------------------------------------
+
+# uv expands ``${NAME}`` in requirement lines (those it reads on stdin and those of a ``-r`` lock) from
+# its own environment, where the indexes' credentials are (``UV_INDEX_<NAME>_PASSWORD``, and whatever
+# the controller or the node has, GITHUB_TOKEN...). A URL an upstream gave (a fleet cache's listing,
+# a release's assets) that holds one would send them to the host it names; the wheel's sha256 protects
+# the file, not the secret. So no ``$`` in a line at all, nor a ``%`` escape that decodes to one (a
+# tool on the way may decode it), nor white space or a control character in a URL (a line break
+# starts a line of the attacker's own; the line parsers here and uv's must agree on where lines end).
+LINE_BREAKERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\u2028\u2029]")
+_URL_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f\x85\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+_EXPANDS = ("uv expands ${NAME} in requirement lines from its environment, where the indexes' credentials are, "
+            "so uv would send them to whoever serves that URL")
+
+
+def percent_decoded(text, rounds=5):
+    """``text`` with its ``%`` escapes decoded until nothing changes (``%2524`` -> ``%24`` -> ``$``)."""
+    for _round in range(rounds):
+        plain = unquote(text)
+        if plain == text:
+            break
+        text = plain
+    return text
+
+
+def url_text_problem(url):
+    """Why ``url`` (without its userinfo, which never reaches a line) cannot be written into a
+    requirement or lock line, or None: a ``$``, a ``%`` escape of one, white space or a control
+    character, as given or decoded."""
+    text = strip_userinfo(str(url))
+    if "$" in text:
+        return "it holds a '$' (%s)" % _EXPANDS
+    if _URL_FORBIDDEN.search(text):
+        return "it holds white space or a control character (%r)" % _URL_FORBIDDEN.search(text).group(0)
+    plain = percent_decoded(text)
+    if "$" in plain:
+        return "it holds a %-escape that decodes to '$' (" + _EXPANDS + ")"
+    control = _CONTROL.search(plain)
+    if control:
+        return "it holds a %%-escape that decodes to a control character (%r)" % control.group(0)
+    return None
+
+
+def line_text_problem(line):
+    """Why a requirement line (as given, before it is written for uv) cannot be one, or None: a
+    ``$`` anywhere, a control character, or a direct reference whose URL ``url_text_problem`` refuses."""
+    text = str(line)
+    if "$" in text:
+        return "it holds a '$' (%s)" % _EXPANDS
+    control = _CONTROL.search(text)
+    if control:
+        return "it holds a control character or a line break (%r)" % control.group(0)
+    if "@" in text.split("://", 1)[0]:
+        # a direct reference, NAME @ URL: the @ comes before the URL's scheme
+        ref = text.split("@", 1)[1].strip().split(" ", 1)[0].split(";", 1)[0]
+        problem = url_text_problem(ref) if ref else None
+        if problem:
+            return problem
+    if "$" in percent_decoded(text):
+        return "it holds a %-escape that decodes to '$' (" + _EXPANDS + ")"
+    return None
+
+
+def check_requirement_inputs(engine, version, requirements=None, wheel=None, where=None):
+    """Refuse (OptionError) before uv sees them the values that become requirement lines: the engine,
+    its version, the wheel's URL and each of ``requirements``, naming the option, the value (without
+    userinfo) and, with ``where``, where such a value comes from."""
+    values = [("engine", engine), ("version", version)]
+    if wheel:
+        values.append(("wheel.url", wheel.get("url")))
+    values += [("requirements[%d]" % index, line) for index, line in enumerate(requirements or [])]
+    for option, value in values:
+        if value is None:
+            continue
+        problem = url_text_problem(value) if option == "wheel.url" else line_text_problem(value)
+        if problem:
+            raise OptionError(
+                "%s %s cannot become a requirement line: %s. %sRefused before uv ran; nothing was done."
+                % (option, _shown(value), problem, ("It comes from %s. " % where) if where else ""),
+                option=option, value=_shown(value))
+
+
+def _shown(value):
+    """A value as a message shows it: repr-quoted (a control character seen), without userinfo, at most 200
+    characters."""
+    text = repr(strip_userinfo(str(value)))
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def engine_requirement(engine, version, wheel=None):
     """The engine's requirement line: a pin, or the wheel's URL (without credentials) pinned by
     its sha256."""

@@ -52,7 +52,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
 from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import (
     PathLock, Progress, busy_message, holder_text, utc_now)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
-    check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
+    check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
     param_secrets, parse_uv_version, redact, requirement_lines, resolve_command, strip_userinfo,
     uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner, tail
@@ -222,6 +222,10 @@ class EngineEnv:
 
     def present(self, diff=False):
         t0 = self.clock()
+        # before anything else: a value that would carry a ${NAME} into a requirement line
+        check_requirement_inputs(self.p["engine"], self.p["version"], self.p.get("requirements"), self.p.get("wheel"),
+                                 where=("the caller: in the engine_node role, the wheel URL is the fleet cache's listing "
+                                        "(devpi_wheel) or GitHub's release assets (github_digest), an upstream's word"))
         if self.p.get("lock") is not None:
             self.check_given_lock()
         # before uv runs at all (even its --version): what it is, and what it reads, must be

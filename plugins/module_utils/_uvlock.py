@@ -14,7 +14,8 @@ import re
 from urllib.parse import unquote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _pep440
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, redact
+from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
+    LINE_BREAKERS, percent_decoded, normalize_sha256, redact, url_text_problem)
 
 
 def normalize_name(name):
@@ -225,12 +226,33 @@ def _logical_lines(text):
     return found
 
 
+def _raw_text_problems(text):
+    """A ``$`` (or a ``%`` escape of one) anywhere in a lock's text, comments too, or a character other
+    than ``\\n`` (and ``\\r\\n``) that some parser takes for a line break or that is a control character:
+    each names its line. uv expands ``${NAME}`` in a lock's lines from its environment, where the indexes'
+    credentials are; and the line this module reads must be the line uv reads."""
+    problems = []
+    for number, raw in enumerate((text or "").split("\n"), 1):
+        raw = raw[:-1] if raw.endswith("\r") else raw
+        shown = "line %d: %s" % (number, redact(raw) if len(raw) <= 120 else redact(raw)[:117] + "...")
+        if "$" in raw or "$" in percent_decoded(raw):
+            problems.append("%s: a '$' (or a %%-escape of one) in a lock: uv expands ${NAME} in a lock's lines "
+                            "from its environment, where the indexes' credentials are, and would send them to "
+                            "whoever serves that URL" % shown)
+        elif LINE_BREAKERS.search(raw) or "\r" in raw:
+            problems.append("%s: a control character (%r) in a lock" % (
+                "line %d" % number, (LINE_BREAKERS.search(raw) or re.search("\r", raw)).group(0)))
+    return problems
+
+
 def lock_text_problems(text):
     """What makes a lock given as text unfit to install from with ``--require-hashes
     --no-deps``: each problem names its line (``line N: <text>: why``). Empty when every
     requirement is pinned (``==``, or a wheel's http(s) URL) with at least one
     ``--hash=sha256:``, and there is no option line (``-e``, ``-r``, ``--index-url``, ...)."""
-    problems = []
+    problems = _raw_text_problems(text)
+    if problems:
+        return problems
     count = 0
     for number, line in _logical_lines(text):
         clean = redact(line)
@@ -273,6 +295,10 @@ def lock_text_problems(text):
                 continue
             if not url.lower().startswith(("http://", "https://")):
                 problems.append("%s: %s is not an http(s) URL" % (shown, url))
+                continue
+            bad = url_text_problem(url)
+            if bad:
+                problems.append("%s: the URL %s cannot be installed from: %s" % (shown, redact(url), bad))
                 continue
             if re.match(r"^[a-z][a-z0-9+.-]*://[^/?#\s]*@", url, re.IGNORECASE):
                 problems.append("line %d: a URL with credentials in it: give them with an index on that host "

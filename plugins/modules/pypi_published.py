@@ -41,6 +41,8 @@ options:
     description:
       - Base URL of a PyPI-compatible index; the JSON API lives under C(<index_url>/pypi/).
       - Point it at a mirror (Artifactory, Nexus, devpi, pypiserver) on an air-gapped site.
+      - A password in it (C(https://USER:TOKEN@mirror/)) is sent to the mirror's origin only, and is C(****) in
+        every URL and message the module returns (C(https://USER:****@mirror/)).
     type: str
     default: https://pypi.org
   simple_url:
@@ -167,7 +169,7 @@ source:
   type: str
   sample: project_json
 source_url:
-  description: The URL that answered.
+  description: The URL that answered; a password in it as C(****).
   returned: success
   type: str
   sample: https://pypi.org/pypi/vllm/json
@@ -185,6 +187,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import (
     DEFAULT_INDEX_URL,
     PypiError,
     lookup,
+    redact_passwords,
+    url_secrets,
 )
 
 
@@ -202,11 +206,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    # A mirror's password in index_url or simple_url: ``****`` in every URL and message returned (the
+    # role copies them into the node's failure and the play's stats, which AWX keeps as artifacts)
+    secrets = url_secrets(p["index_url"], p["simple_url"])
+    module.no_log_values.update(secrets)
+
+    def fail(**result):
+        module.fail_json(**redact_passwords(result, secrets))
+
     if p["margin"] < 0:
-        module.fail_json(msg="margin must not be negative (got %s)" % p["margin"])
+        fail(msg="margin must not be negative (got %s)" % p["margin"])
     problem = http_option_problem(p)
     if problem:
-        module.fail_json(msg=problem)
+        fail(msg=problem)
 
     client = client_from_params(p)
     what = "%s %s" % (p["project"], p["version"])
@@ -214,20 +226,20 @@ def main():
         result = lookup(client, p["project"], p["version"], index_url=p["index_url"],
                         simple_url=p["simple_url"], margin_hours=p["margin"])
     except PypiError as exc:
-        module.fail_json(msg="looking up %s: %s" % (what, exc.msg), changed=False, **exc.details)
+        fail(msg="looking up %s: %s" % (what, exc.msg), changed=False, **exc.details)
     except HttpError as exc:
-        module.fail_json(msg="looking up %s on %s: %s" % (what, p["index_url"], exc.msg), changed=False,
-                         url=exc.url)
+        fail(msg="looking up %s on %s: %s" % (what, p["index_url"], exc.msg), changed=False, url=exc.url)
 
+    result = redact_passwords(result, secrets)
+    index = redact_passwords(p["index_url"], secrets)
     if result["yanked"]:
         reason = " (reason: %s)" % result["yanked_reason"] if result["yanked_reason"] else ""
         if not p["allow_yanked"]:
-            module.fail_json(
-                msg="%s is yanked on %s%s: its publisher withdrew it. Pick another version, or set "
-                    "allow_yanked: true to use it knowingly" % (what, p["index_url"], reason),
-                changed=False, yanked=True, yanked_reason=result["yanked_reason"], source=result["source"],
-                source_url=result["source_url"])
-        module.warn("%s is yanked on %s%s; used because allow_yanked is true" % (what, p["index_url"], reason))
+            fail(msg="%s is yanked on %s%s: its publisher withdrew it. Pick another version, or set "
+                     "allow_yanked: true to use it knowingly" % (what, index, reason),
+                 changed=False, yanked=True, yanked_reason=result["yanked_reason"], source=result["source"],
+                 source_url=result["source_url"])
+        module.warn("%s is yanked on %s%s; used because allow_yanked is true" % (what, index, reason))
     module.exit_json(changed=False, **result)
 
 

@@ -96,6 +96,9 @@ options:
           - The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
           - It may carry credentials (C(https://USER:TOKEN@host/...)) only when O(index_url) or O(extra_index_url) has
             an index on the same host with the same ones; uv is given the URL without them and sends that index's.
+          - A URL with a C($), a C(%) escape that decodes to one, white space or a control character is refused before
+            uv runs (uv expands C(${NAME}) in requirement lines from its environment, where the indexes' credentials
+            are); so are O(requirements) lines and a O(lock) with one.
         type: str
         required: true
       sha256:

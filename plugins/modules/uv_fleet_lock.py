@@ -25,6 +25,14 @@ description:
   - The inputs are recorded in C(<dest>.json). When they are unchanged and the files are as they were written,
     nothing is compiled (only C(uv --version) runs).
   - Meant to run on the controller (C(delegate_to=localhost), C(run_once)); uv never downloads a Python for it.
+  - Whoever can change the lock decides what root installs on every node. Before anything runs, the directory of
+    O(dest), O(dest), C(<dest>.json), the pylock, the O(uv) binary and O(cache_dir) must belong to root or the user
+    running the module on every directory of their path (links followed) and be writable by no one else; otherwise
+    the task fails, naming the path, its owner and mode. The files are written through new, unguessable names
+    beside them (C(mkstemp)), fsync'd, and renamed into place, so no link planted in the directory is followed.
+  - A wheel URL or a requirement line with a C($), a C(%) escape that decodes to one, white space or a control
+    character is refused before uv runs, and so is a compiled lock with one (uv expands C(${NAME}) in requirement
+    lines from its environment, where the indexes' credentials are).
 author:
   - llmfleet maintainers (@llmfleet)
 attributes:

@@ -122,3 +122,53 @@ def test_5xx_then_success(fake, capsys):
     code, result, _out = run_module(pypi_published.main, args(backoff=0.5), capsys)
     assert code == 0 and result["published"] == "2025-10-02T20:10:00Z"
     assert sleeps == [0.5, 1.0]
+
+
+# --- a mirror's password (security review, install side, finding 4) ---------------------------
+# The role copies the module's msg into the node's failure and the play's stats (AWX's artifacts):
+# a password in index_url is ``****`` in every URL and message the module returns.
+
+PASSWORD = "planted-mirror-pw-8c21"
+TLS = "https://index.test"  # credentials go over https only (or to loopback)
+SECRET_INDEX = TLS.replace("https://", "https://alice:%s@" % PASSWORD)
+
+
+def _no_password(result, out):
+    import json
+
+    assert PASSWORD not in out and PASSWORD not in json.dumps(result)
+    assert "planted-mirror-pw" not in out
+
+
+@pytest.mark.parametrize("routes, extra, key", [
+    ({RELEASE: [Reply(200, release())]}, {}, "source_url"),
+    ({}, {"project": "nope"}, "tried"),
+    ({RELEASE: [Reply(503)]}, {"retries": 0}, "url"),
+    ({RELEASE: [Reply(200, release(yanked=True, reason="broken"))]}, {}, "source_url"),
+    ({RELEASE: [Reply(200, body=b"<html>", content_type="text/html")]}, {}, "url"),
+], ids=["success", "no-such-project", "5xx", "yanked", "invalid-json"])
+def test_a_mirror_password_is_nowhere_in_the_result(fake, capsys, routes, extra, key):
+    server, _sleeps = fake
+    for url, answers in routes.items():
+        server.add(url.replace(BASE, SECRET_INDEX), *answers)  # open_url takes the userinfo as Basic auth
+    code, result, out = run_module(pypi_published.main, args(index_url=SECRET_INDEX, **extra), capsys)
+    _no_password(result, out)
+    assert key in result, result
+    shown = result[key] if isinstance(result[key], str) else " ".join(result[key])
+    assert "https://alice:****@index.test/" in shown or "https://index.test/" in shown, shown
+    if code:
+        assert "alice:****@index.test" in result["msg"] or "https://index.test" in result["msg"], result["msg"]
+    if key == "source_url":
+        assert result[key].startswith("https://alice:****@index.test/pypi/vllm/0.11.0/json"), result[key]
+    if key == "tried":
+        assert all(u.startswith("https://alice:****@index.test/") for u in result["tried"]), result["tried"]
+
+
+def test_redact_passwords_keeps_the_user_and_masks_a_token_user():
+    from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import redact_passwords, url_secrets
+
+    text = "asked https://bob:pa%24ss@m.example/simple and https://TOKEN123@m.example/x, then http://m.example/"
+    secrets = url_secrets("https://bob:pa%24ss@m.example/simple")
+    assert secrets == {"pa%24ss", "pa$ss"}
+    assert redact_passwords({"a": [text + " pa$ss"]}, secrets) == {"a": [
+        "asked https://bob:****@m.example/simple and https://****@m.example/x, then http://m.example/ ****"]}

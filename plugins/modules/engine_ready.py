@@ -135,7 +135,7 @@ notes:
   - vLLM's C(/health) and C(/version) do not ask for the API key, and get none; C(/v1/models) and
     the completion do, so a wrong O(api_key) fails at phase C(models).
   - With O(unit) and O(api_key), before the key is sent, the port of a loopback O(url) must be held
-    by the unit's main process or one of its children (read from C(/proc); needs root): a process
+    by the unit's main process or one of its children (read from C(/proc); needs root). A process
     that took the port between a stop and a start fails the task, named, and never sees the key.
 """
 

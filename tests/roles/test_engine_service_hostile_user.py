@@ -103,7 +103,7 @@ def test_a_link_planted_at_the_next_environments_cache_stops_the_upgrade_before_
     assert first.rc == 0, first.explain()
     pid = node.main_pid(unit)
     node.make_env(*NEW.split("-"))
-    trees, _ = root_owned(node)
+    trees = root_owned(node)[0]
     before = inventory(*trees)
 
     # the next <version>-<build> name is easy to guess: the service user plants it in its vllm cache

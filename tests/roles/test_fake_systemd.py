@@ -190,9 +190,13 @@ def test_a_failing_service_is_restarted_and_counted_until_the_start_limit(fake):
     unit = fake.unit("crash.service", "Type=exec\nExecStart=/bin/sh -c 'exit 3'\nRestart=on-failure\n"
                      "RestartSec=300ms", unit="Description=crash\nStartLimitBurst=3\nStartLimitIntervalSec=60\n")
     assert fake.ctl("start", unit).returncode == 0  # exec succeeded: the start job is done
+
     # one read per poll: the state moves on to "start" 300 ms after "auto-restart"
-    seen = fake.wait_for(lambda: (lambda now: now["SubState"] == "auto-restart" and now)(
-        fake.show(unit, "SubState", "Result", "ExecMainStatus")))
+    def restarting():
+        now = fake.show(unit, "SubState", "Result", "ExecMainStatus")
+        return now["SubState"] == "auto-restart" and now
+
+    seen = fake.wait_for(restarting)
     assert seen == {"SubState": "auto-restart", "Result": "exit-code", "ExecMainStatus": "3"}
     final = fake.wait_for(lambda: fake.show(unit, "ActiveState")["ActiveState"] == "failed"
                           and fake.show(unit, "Result", "NRestarts"))

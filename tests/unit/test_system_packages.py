@@ -104,7 +104,7 @@ def _owner(program):
     found = shutil.which(program, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     if not found:
         return None
-    for candidate in {found, os.path.realpath(found), found.replace("/usr/", "/", 1)}:
+    for candidate in (found, os.path.realpath(found), found.replace("/usr/", "/", 1)):
         done = subprocess.run(["dpkg-query", "-S", candidate], capture_output=True, text=True, check=False)
         lines = [line for line in done.stdout.splitlines() if not line.startswith("diversion by")]
         if done.returncode == 0 and lines:
@@ -141,7 +141,7 @@ def test_the_list_is_well_formed_and_every_group_is_known():
 
 def test_every_program_the_suite_calls_comes_from_the_list_the_venv_or_the_repo():
     packages = read_list()
-    listed_programs = {program for _, programs in packages.values() for program in programs}
+    listed_programs = {program for _groups, programs in packages.values() for program in programs}
     venv_bin = pathlib.Path(sys.executable).parent  # the tool venv this suite runs in
     fakes = _repo_fakes()
     called = called_programs()
@@ -164,7 +164,7 @@ def test_every_program_the_suite_calls_comes_from_the_list_the_venv_or_the_repo(
 
 def test_every_program_the_list_names_is_provided_by_its_package():
     wrong = []
-    for package, (_, programs) in read_list().items():
+    for package, (_groups, programs) in read_list().items():
         for program in programs:
             owner = _owner(program)
             if owner is None:
@@ -178,5 +178,5 @@ def test_every_program_the_list_names_is_provided_by_its_package():
 def test_the_installer_reads_the_same_list(group):
     done = subprocess.run([str(REPO / "tools" / "system_packages.sh"), "--list", group],
                           capture_output=True, text=True, check=True)
-    expected = [p for p, (groups, _) in read_list().items() if group in groups]
+    expected = [p for p, (groups, _programs) in read_list().items() if group in groups]
     assert done.stdout.split() == expected

@@ -77,10 +77,10 @@ def writer_tasks():
 
 def test_the_scan_sees_the_tasks_that_write():
     found = writer_tasks()
-    names = {task.get("name", "") for _, task, _ in found}
+    names = {task.get("name", "") for _where, task, _module in found}
     assert len(found) > 20, found
     assert "Make the directories the services write (home, working and cache directories)" in names
-    assert sum(1 for _, _, module in found if module == SAFE) >= 4, "service_dirs is used less than it should be"
+    assert sum(1 for _where, _task, module in found if module == SAFE) >= 4, "service_dirs is used less than it should be"
 
 
 @pytest.mark.parametrize("where, task, module", writer_tasks(),

@@ -386,7 +386,7 @@ H100_UUID = "GPU-3b2f6c1e-0000-1111-2222-333344445555"
 
 
 def running(current="0.20.0-cu13", wanted_version="0.20.0", wanted="cu13", requested="auto", **kw):
-    version, _, build = (current or "").rpartition("-")
+    version, _sep, build = (current or "").rpartition("-")
     node = {"host": "gpu07", "architecture": "x86_64", "current": current, "version": version or None,
             "effective": build or "none", "wanted_version": wanted_version, "wanted": wanted, "requested": requested,
             "driver_version": "580.65.06", "gpus": [{"uuid": H100_UUID}], "fallback_notes": [],
@@ -537,5 +537,5 @@ def test_the_markdown_report_keeps_hostile_values_inside_their_cells():
     rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| node")]
     assert len(rows) == 3, text  # two nodes and one unit: the line break in the value made no row
     for row in rows:
-        cells = [c for c in __import__("re").split(r"(?<!\\)\|", row)[1:-1]]
+        cells = __import__("re").split(r"(?<!\\)\|", row)[1:-1]
         assert len(cells) == 11, row  # every | in a value is escaped

@@ -22,6 +22,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils import _servicedi
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="handing directories to another user needs root")
 NOBODY = pwd.getpwnam("nobody")
+HOSTILE_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 UID, GID = NOBODY.pw_uid, NOBODY.pw_gid
 
 
@@ -71,7 +72,7 @@ def as_nobody(*argv):
 
 
 def test_makes_the_directories_and_the_ones_on_the_way_then_changes_nothing(tree):
-    root, _ = tree
+    root = tree[0]
     path = root / "cache" / "vllm" / "0.20.0-cu13"
     first = sd.ensure(str(root), str(path), UID, GID, 0o750)
     assert first["changed"] and first["created"] and first["before"] == "absent"
@@ -88,7 +89,7 @@ def test_makes_the_directories_and_the_ones_on_the_way_then_changes_nothing(tree
 
 
 def test_check_mode_reports_and_makes_nothing(tree):
-    root, _ = tree
+    root = tree[0]
     path = root / "serve" / "chat"
     result = sd.ensure(str(root), str(path), UID, GID, 0o750, check_mode=True)
     assert result["changed"] and result["before"] == "absent" and not path.exists()
@@ -156,6 +157,7 @@ def test_a_racing_service_user_never_gets_roots_directory(tree):
         "import os, sys, time\n"
         "serve, target, names = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
         "end = time.time() + 4\n"
+        "planted = 0\n"
         "while time.time() < end:\n"
         "    for n in names:\n"
         "        p = os.path.join(serve, n)\n"
@@ -165,6 +167,7 @@ def test_a_racing_service_user_never_gets_roots_directory(tree):
         "            pass\n"
         "        try:\n"
         "            os.symlink(target, p)\n"
+        "            planted += 1\n"
         "        except OSError:\n"
         "            pass\n"
         "        try:\n"
@@ -174,9 +177,13 @@ def test_a_racing_service_user_never_gets_roots_directory(tree):
         "        try:\n"
         "            os.rename(p + '.away', p)\n"
         "        except OSError:\n"
-        "            pass\n")
+        "            pass\n"
+        "print(planted)\n")
+    # the system's Python: the service user may not be able to reach the tool venv's interpreter
+    # (a pyenv Python under root's 0700 home)
     hostile = subprocess.Popen(["setpriv", "--reuid", str(UID), "--regid", str(GID), "--clear-groups",
-                                sys.executable, "-c", script, str(root / "serve"), str(target)] + names)
+                                HOSTILE_PYTHON, "-c", script, str(root / "serve"), str(target)] + names,
+                               stdout=subprocess.PIPE, text=True)
     refused = made = 0
     try:
         end = time.monotonic() + 3.5
@@ -189,10 +196,11 @@ def test_a_racing_service_user_never_gets_roots_directory(tree):
                     assert exc.path.startswith(str(root / "serve")), exc.msg
                     refused += 1
     finally:
-        hostile.wait(timeout=30)
+        out, _err = hostile.communicate(timeout=30)
+    assert hostile.returncode == 0 and int(out.strip() or 0) > 0, "the hostile process did not run: %r" % out
     assert snapshot(target) == before
     assert made and refused, (made, refused)  # both outcomes were seen: the race really ran
-    for path, (kind, uid, _, _) in snapshot(root / "serve").items():
+    for path, (kind, uid, _gid, _mode) in snapshot(root / "serve").items():
         if kind == stat.S_IFDIR:
             assert uid == UID, path
 

@@ -43,6 +43,10 @@ options:
       - Path of C(nvidia-smi).
       - When not given, C(nvidia-smi) is looked up on E(PATH) and in the sbin directories.
       - A path that does not exist means a node without a driver.
+      - It is run only when it passes the collection's privilege line (owned by root or the user
+        running the module, and writable by no one else, at every directory of its path, links
+        followed); otherwise the task fails naming the path that another user could change. The
+        same holds for O(python).
     type: path
   timeout:
     description:
@@ -363,7 +367,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _builds, _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils import _builds, _gpu, _trust
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
 
 
@@ -388,6 +392,13 @@ def main():
             module.fail_json(msg="%s must be at least 1 second, not %d" % (name, params[name]))
 
     nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
+    # The privilege line: a program this module runs (as root, on every play) must not be one that
+    # another user can change, at any depth of its path, links followed.
+    for what, path in (("nvidia_smi", nvidia_smi), ("python", params["python"])):
+        problem = _trust.untrusted_component(path) if path and os.path.lexists(path) else None
+        if problem is not None:
+            module.fail_json(msg="%s %s is not run: %s; fix: %s" % (what, path, problem.describe(), problem.fix),
+                             untrusted=problem.as_dict())
     run = Runner()
     try:
         facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -254,3 +255,33 @@ def test_no_link_asked_no_link_returned(case, capsys):
     case("h100-580")
     code, result, _out = probe(capsys)
     assert code == 0 and "link" not in result
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
+@pytest.mark.parametrize("how", ["owned-by-nobody", "in-an-open-directory"])
+def test_an_nvidia_smi_or_python_another_user_can_change_is_not_run(capsys, tmp_path, how):
+    """nvidia-smi runs as root on every play: one that another user could replace is refused, named."""
+    import pwd
+    import shutil as _shutil
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    smi = folder / "nvidia-smi"
+    marker = tmp_path / "ran"
+    smi.write_text("#!/bin/sh\ntouch %s\n" % marker)
+    smi.chmod(0o755)
+    if how == "owned-by-nobody":
+        nobody = pwd.getpwnam("nobody")
+        os.chown(str(smi), nobody.pw_uid, nobody.pw_gid)
+        culprit = str(smi)
+    else:
+        folder.chmod(0o777)
+        culprit = str(folder)
+    code, result, _out = probe(capsys, nvidia_smi=str(smi))
+    assert code == 1 and result["msg"].startswith("nvidia_smi %s is not run: %s" % (smi, culprit)), result
+    assert result["untrusted"]["component"] == culprit
+    assert not marker.exists(), "the untrusted nvidia-smi ran"
+    # the same for the compute check's interpreter
+    code, result, _out = probe(capsys, python=str(smi))
+    assert code == 1 and result["msg"].startswith("python %s is not run" % smi), result
+    _shutil.rmtree(str(folder))

@@ -74,6 +74,11 @@ def _describe(st):
     return "%s:%s %04o" % (_name(st.st_uid), _group_name(st.st_gid), stat.S_IMODE(st.st_mode))
 
 
+def _wanted(uid, gid, mode):
+    """``owner:group mode`` of what a directory is made, as ``_describe`` shows what it is."""
+    return "%s:%s %04o" % (_name(uid), _group_name(gid), mode)
+
+
 def _group_name(gid):
     try:
         return grp.getgrgid(gid).gr_name
@@ -135,7 +140,7 @@ def ensure(root, path, uid, gid, mode, check_mode=False):
     parts = relative_parts(root, path)
     if check_mode and not os.path.lexists(root):
         # a check before the run that makes the root (a fresh host): all of it would be made
-        return {"path": path, "before": "absent", "after": "%s:%s %04o" % (_name(uid), _group_name(gid), mode),
+        return {"path": path, "before": "absent", "after": _wanted(uid, gid, mode),
                 "changed": True, "created": True}
     fd = _open_trusted_root(root)
     here = root.rstrip("/") or "/"
@@ -154,7 +159,7 @@ def ensure(root, path, uid, gid, mode, check_mode=False):
             if st is None:
                 if check_mode:
                     # the rest would be made by this walk: nothing to open
-                    return {"path": path, "before": "absent", "after": "%s:%s %04o" % (_name(uid), _group_name(gid), mode),
+                    return {"path": path, "before": "absent", "after": _wanted(uid, gid, mode),
                             "changed": True, "created": True}
                 try:
                     os.mkdir(name, 0o700, dir_fd=fd)
@@ -200,7 +205,7 @@ def ensure(root, path, uid, gid, mode, check_mode=False):
                     " or something else made this one)" % (here, _name(st.st_uid), _describe(st), _name(uid)), here)
             before = _describe(st)
             if check_mode:
-                want = "%s:%s %04o" % (_name(uid), _group_name(gid), mode)
+                want = _wanted(uid, gid, mode)
                 return {"path": path, "before": before, "after": want, "changed": before != want, "created": False}
             if st.st_gid != gid:
                 os.fchown(fd, -1, gid)

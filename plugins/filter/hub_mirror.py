@@ -19,8 +19,10 @@ Documentation: one ``<filter>.yml`` per filter beside this file.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
+from urllib.parse import quote
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import DEFAULT_ENDPOINT
@@ -44,6 +46,27 @@ _NAMESERVER_RE = re.compile(r"^[ \t]*nameserver[ \t]+([^\s#;]+)", re.M)
 
 # The only URLs cached: a file at a commit. A branch or a tag moves; its URL is never cached.
 RESOLVE_RE = "^/[^/]+/[^/]+/resolve/[0-9a-f]{40}/"
+# The hosts huggingface.co redirects a file to (its LFS CDNs and the Xet bridge): the only targets, besides
+# the hub's own origin, of a redirect the mirror follows (engine_cache_hub_mirror_cdn empty). The one list.
+HUB_CDN_ORIGINS = (
+    "https://cdn-lfs.hf.co",
+    "https://cdn-lfs-us-1.hf.co",
+    "https://cdn-lfs-eu-1.hf.co",
+    "https://cdn-lfs.huggingface.co",
+    "https://cdn-lfs-us-1.huggingface.co",
+    "https://cdn-lfs-eu-1.huggingface.co",
+    "https://cas-bridge.xethub.hf.co",
+    "https://transfer.xethub.hf.co",
+    "https://transfer.xethub-eu.hf.co",
+)
+# Who may use the mirror when the filter is given nobody: the cache host itself.
+LOOPBACK_CLIENTS = ("127.0.0.1", "::1")
+_REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HEX40_RE = re.compile(r"[0-9a-fA-F]{40}")
+_PURGE_RE = re.compile(r"(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)@(?P<commit>[0-9a-f]{40})/"
+                       r"(?P<path>[^\x00-\x1f\x7f]+)")
+_PURGE_ALLOWED = ("<org>/<name>@<40-hex commit>/<path of the file> (the file of a model's lock, as hf_warm names"
+                  " it), the path relative, without '.' or '..' parts")
 # The defaults of the role (roles/engine_cache/defaults/main.yml) and of the filter.
 DEFAULTS = {
     "listen": "0.0.0.0",
@@ -59,6 +82,10 @@ DEFAULTS = {
     "ca_file": "/etc/ssl/certs/ca-certificates.crt",
     "lock_timeout": 3600,
     "inactive_days": 365,
+    "clients": list(LOOPBACK_CLIENTS),
+    "models": [],
+    "cdn": [],
+    "purge": [],
 }
 # Where nobody says otherwise: systemd-resolved's stub.
 FALLBACK_RESOLVER = "127.0.0.53"
@@ -80,6 +107,10 @@ VARIABLES = {
     "ca_file": "parameter ca_file",
     "lock_timeout": "parameter lock_timeout",
     "inactive_days": "parameter inactive_days",
+    "clients": "variable engine_cache_hub_mirror_clients",
+    "models": "variable engine_cache_hub_mirror_models",
+    "cdn": "variable engine_cache_hub_mirror_cdn",
+    "purge": "variable engine_cache_hub_mirror_purge",
 }
 KEYS = tuple(VARIABLES)
 
@@ -181,6 +212,8 @@ def engine_cache_hub_mirror_problems(params):
             problem = next((p for p in problems if p), None)
         elif key == "resolv_conf":
             problem = None  # read, never copied: only the addresses found in it reach nginx
+        elif key in ("clients", "models", "cdn", "purge"):
+            problem = None  # each entry has a shape of its own that admits none of nginx's syntax
         else:
             problem = _injection(key, value, secret=key == "token")
         if problem:
@@ -286,6 +319,108 @@ def _whole_check(key, low, what):
     return check
 
 
+def _list_problem(key, value, allowed):
+    if not isinstance(value, list):
+        return "%s is %s, allowed: a list of %s" % (VARIABLES[key], _json(value), allowed)
+    return None
+
+
+def _check_clients(value):
+    allowed = ("addresses or networks (10.0.0.5, 10.0.0.0/24, 2001:db8::/64), host bits of a network zero;"
+               " empty in the role for the inventory's hosts")
+    problem = _list_problem("clients", value, allowed)
+    if problem:
+        return problem
+    for item in value:
+        if _client(item) is None:
+            return "%s has %s, allowed: %s" % (VARIABLES["clients"], _json(item), allowed)
+    return None
+
+
+def _client(item):
+    """``item`` as nginx's ``allow`` takes it (an address or a network in CIDR form), or None."""
+    if not isinstance(item, str) or _INJECT_RE.search(item):
+        return None
+    try:
+        network = ipaddress.ip_network(item, strict=True)
+    except ValueError:
+        return None
+    return str(network.network_address) if "/" not in item else str(network)
+
+
+def _pin(item):
+    """``(repo, revision)`` of a pinned model (a mapping with ``model`` and ``revision``), or None."""
+    if not isinstance(item, dict):
+        return None
+    repo, revision = item.get("model"), item.get("revision")
+    if not isinstance(repo, str) or not _REPO_RE.fullmatch(repo) or "--" in repo or ".." in repo:
+        return None
+    if not isinstance(revision, str) or not revision or revision != revision.strip() or any(
+            ord(c) < 32 or ord(c) == 127 for c in revision):
+        return None
+    return repo, revision
+
+
+def _check_models(value):
+    allowed = ("mappings with model (<org>/<name>) and revision (a branch, tag or 40-hex commit), as in"
+               " engine_service_models; empty in the role for the pinned models of the inventory's hosts")
+    problem = _list_problem("models", value, allowed)
+    if problem:
+        return problem
+    for item in value:
+        if _pin(item) is None:
+            shown = {k: item.get(k) for k in ("model", "revision")} if isinstance(item, dict) else item
+            return "%s has %s, allowed: %s" % (VARIABLES["models"], _json(shown), allowed)
+    return None
+
+
+def _origin(item):
+    """``item`` as an origin (``scheme://host[:port]``, nothing after it), or None."""
+    match = _URL_RE.fullmatch(item) if isinstance(item, str) else None
+    if not match or match.group("path").strip("/"):
+        return None
+    host, port = match.group("host"), match.group("port")
+    if host.startswith("[") and _address(host) is None or not host.startswith("[") and not (
+            _HOST_RE.fullmatch(host) or _address(host) is not None):
+        return None
+    if port is not None and _whole(port, 1, 65535) is None:
+        return None
+    return "%s://%s%s" % (match.group("scheme"), host.lower(), ":" + port if port else "")
+
+
+def _check_cdn(value):
+    allowed = ("origins (https://host or https://host:port, no path) the hub redirects files to; empty for"
+               " huggingface.co's CDNs")
+    problem = _list_problem("cdn", value, allowed)
+    if problem:
+        return problem
+    for item in value:
+        if _origin(item) is None:
+            return "%s has %s, allowed: %s" % (VARIABLES["cdn"], _json(item), allowed)
+    return None
+
+
+def _purge_entry(item):
+    """``(repo, commit, path)`` of an entry of engine_cache_hub_mirror_purge, or None."""
+    match = _PURGE_RE.fullmatch(item) if isinstance(item, str) else None
+    if not match:
+        return None
+    path = match.group("path")
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        return None
+    return match.group("repo"), match.group("commit"), path
+
+
+def _check_purge(value):
+    problem = _list_problem("purge", value, _PURGE_ALLOWED)
+    if problem:
+        return problem
+    for item in value:
+        if _purge_entry(item) is None:
+            return "%s has %s, allowed: %s" % (VARIABLES["purge"], _json(item), _PURGE_ALLOWED)
+    return None
+
+
 _CHECKS = {
     "listen": _check_listen,
     "port": _check_port,
@@ -302,12 +437,17 @@ _CHECKS = {
     "ca_file": _path_check("ca_file"),
     "lock_timeout": _whole_check("lock_timeout", 1, "a whole number of seconds, 1 or more"),
     "inactive_days": _whole_check("inactive_days", 1, "a whole number of days, 1 or more"),
+    "clients": _check_clients,
+    "models": _check_models,
+    "cdn": _check_cdn,
+    "purge": _check_purge,
 }
 
 
 def _regex_escape(text):
-    """``text`` (a validated origin: letters, digits, '.', '-', ':', '[', ']', '/') as a PCRE literal."""
-    return re.sub(r"([.\[\]])", r"\\\1", text)
+    """``text`` (a validated URL, repo or quoted revision: letters, digits and ``.-_~%@+:[]/``) as a PCRE
+    literal in a quoted nginx string."""
+    return re.sub(r"([.+\[\]])", r"\\\1", text)
 
 
 def engine_cache_hub_mirror_token_conf(token):
@@ -329,6 +469,73 @@ def engine_cache_hub_mirror_token_conf(token):
         lines.append('    1 "Bearer %s";' % token)
     lines += ["}", ""]
     return "\n".join(lines)
+
+
+def _pin_patterns(models):
+    """The map entries of the fleet's pins: per repo, its revision look-ups (the model API as hf_revision
+    asks it) and its files - at the pinned commit where the revision is one, else at any commit (a branch or
+    tag pin resolves to a commit only on the controller, after this configuration is written)."""
+    out = []
+    for item in models:
+        repo, revision = _pin(item)
+        literal = _regex_escape(repo)
+        out.append('"~^/api/models/%s/revision/%s$" 1;' % (literal, _regex_escape(quote(revision, safe=""))))
+        commit = revision.lower() if _HEX40_RE.fullmatch(revision) else "[0-9a-f]{40}"
+        out.append('"~^/%s/resolve/%s/" 1;' % (literal, commit))
+    seen = set()
+    return [line for line in out if not (line in seen or seen.add(line))]
+
+
+def engine_cache_hub_mirror_purge_files(purge, directory):
+    """The cache files of ``purge`` (engine_cache_hub_mirror_purge: ``<org>/<name>@<commit>/<path>``) in
+    the mirror under ``directory``: a list of ``{entry, key, file}``, ``key`` the cache key (the URL path as
+    the fleet's clients ask it), ``file`` where nginx keeps it (``levels=1:2``: the key's md5, its last
+    character, then the two before)."""
+    problems = engine_cache_hub_mirror_problems({"purge": purge, "dir": directory})
+    if problems:
+        raise AnsibleFilterError("engine_cache_hub_mirror_purge_files: %s" % "; ".join(problems))
+    cache = _paths(directory)["cache"]
+    out = []
+    for entry in purge:
+        repo, commit, path = _purge_entry(entry)
+        key = "/%s/resolve/%s/%s" % (repo, commit, quote(path, safe="/"))
+        digest = hashlib.md5(key.encode("utf-8")).hexdigest()  # noqa: S324 - nginx's cache file name
+        out.append({"entry": entry, "key": key, "file": "%s/%s/%s/%s" % (cache, digest[-1], digest[-3:-1], digest)})
+    return out
+
+
+def engine_cache_hub_mirror_unresolved(inventory):
+    """The names among ``inventory`` ({host: its ansible_host or empty}) that are not IP addresses: those
+    the cache host looks up (sorted, each once)."""
+    return sorted({(address or host) for host, address in (inventory or {}).items()
+                   if _address(str(address or host)) is None})
+
+
+def engine_cache_hub_mirror_fleet_clients(inventory, looked_up=None, ssh_client=""):
+    """The mirror's default clients: 127.0.0.1, ::1, every inventory host's address (``inventory``:
+    {host: its ansible_host or empty, for its name}; a name is read from ``looked_up``, {name: the output
+    of ``getent ahosts <name>`` on the cache host, empty when it was not found}) and the address the
+    controller's SSH connection comes from (``ssh_client``: ``$SSH_CLIENT`` on the cache host). Returns
+    ``{clients, problems}``: a problem names each host whose address is unknown."""
+    clients, problems = list(LOOPBACK_CLIENTS), []
+    looked_up = looked_up or {}
+    for host, address in sorted((inventory or {}).items()):
+        name = str(address or host)
+        if _address(name) is not None:
+            clients.append(str(_address(name)))
+            continue
+        found = [word.split()[0] for word in str(looked_up.get(name) or "").splitlines() if word.split()]
+        found = [str(_address(word)) for word in found if _address(word) is not None]
+        if not found:
+            problems.append("inventory host %s (%s) has no address this host can look up: set"
+                            " engine_cache_hub_mirror_clients to the addresses the fleet reaches the mirror from"
+                            % (host, "ansible_host " + _json(name) if address else "its name"))
+        clients.extend(found)
+    words = str(ssh_client or "").split()
+    if words and _address(words[0]) is not None:
+        clients.append(str(_address(words[0])))
+    seen = set()
+    return {"clients": [c for c in clients if not (c in seen or seen.add(c))], "problems": problems}
 
 
 def _paths(directory):
@@ -357,6 +564,14 @@ def engine_cache_hub_mirror_conf(params):
         raise AnsibleFilterError("engine_cache_hub_mirror_conf: %s" % "; ".join(problems))
     p = dict(DEFAULTS, **params)
     paths = _paths(p["dir"])
+    clients = []
+    for client in (_client(c) for c in p["clients"]):
+        if client not in clients:
+            clients.append(client)
+    if not clients:
+        raise AnsibleFilterError("engine_cache_hub_mirror_conf: %s is [], allowed: at least one address or network"
+                                 " (nobody could use the mirror)" % VARIABLES["clients"])
+    cdn = [_origin(c) for c in (p["cdn"] or HUB_CDN_ORIGINS)]
     port = _whole(p["port"], 1, 65535)
     url = _URL_RE.fullmatch(p["upstream"])
     upstream = p["upstream"].rstrip("/")
@@ -467,6 +682,20 @@ def engine_cache_hub_mirror_conf(params):
         '        "~^%s/" 1;' % _regex_escape(origin),
         "        default 0;",
         "    }",
+        "    # where a redirect may go: the hub itself (below its URL) and its CDNs (engine_cache_hub_mirror_cdn),",
+        "    # nothing else - no loopback service, no metadata address, no other host is asked by the cache host",
+        "    map $hub_next $hub_next_allowed {",
+        "        volatile;",
+        '        "~^%s/" 1;' % _regex_escape(upstream),
+    ] + ['        "~^%s/" 1;' % _regex_escape(c) for c in cdn if c != upstream] + [
+        "        default 0;",
+        "    }",
+        "    # the fleet's pins (engine_cache_hub_mirror_models): the only repos, revisions and commits asked",
+        "    # of the hub; anything else is refused here, the token never sent",
+        "    map $hub_path $hub_pinned {",
+    ] + ["        " + line for line in _pin_patterns(p["models"])] + [
+        "        default 0;",
+        "    }",
         "    # $hub_authorization: the hub's Authorization header where $hub_to_hub is 1, else none. The",
         "    # token is in this root-only file (engine_cache_hub_mirror_token_conf), never in this one.",
         "    include %s;" % p["token_file"],
@@ -475,6 +704,11 @@ def engine_cache_hub_mirror_conf(params):
         "        listen %s:%d;" % (_host(p["listen"]), port),
         "        server_name _;",
         "        add_header X-Cache-Status $upstream_cache_status always;",
+        "",
+        "        # only the fleet (engine_cache_hub_mirror_clients): the mirror lends the hub's token to whoever",
+        "        # reaches it",
+    ] + ["        allow %s;" % client for client in clients] + [
+        "        deny all;",
         "",
         "        # read-only",
         '        if ($request_method !~ "^(GET|HEAD)$") {',
@@ -499,6 +733,10 @@ def engine_cache_hub_mirror_conf(params):
         '            if ($request_uri ~* "%2f|%5c") {',
         "                return 400;",
         "            }",
+        "            if ($hub_pinned = 0) {",
+        '                return 403 "llmfleet hub mirror: not a repo and commit the fleet pins'
+        ' (engine_cache_hub_mirror_models)\\n";',
+        "            }",
         "            proxy_pass %s$hub_path;" % upstream,
     ]
     lines += ["            " + line for line in cached + headers + tls]
@@ -518,6 +756,10 @@ def engine_cache_hub_mirror_conf(params):
         '            if ($hub_next = "") {',
         "                return 502;",
         "            }",
+        "            if ($hub_next_allowed = 0) {",
+        '                return 502 "llmfleet hub mirror: the hub redirected to a host that is not its CDN'
+        ' (engine_cache_hub_mirror_cdn)\\n";',
+        "            }",
         "            # the token goes back to the hub's own origin only: never to its CDN or another host",
         "            set $hub_to_hub $hub_same_origin;",
         "            proxy_pass $hub_next;",
@@ -533,6 +775,10 @@ def engine_cache_hub_mirror_conf(params):
         "        location /api/models/ {",
         '            if ($request_uri !~ "^/api/models/") {',
         "                return 404;",
+        "            }",
+        "            if ($hub_pinned = 0) {",
+        '                return 403 "llmfleet hub mirror: not a revision of a repo the fleet pins'
+        ' (engine_cache_hub_mirror_models)\\n";',
         "            }",
         "            proxy_pass %s$request_uri;" % upstream,
         "            proxy_cache off;",
@@ -561,4 +807,7 @@ class FilterModule:
             "engine_cache_hub_mirror_problems": engine_cache_hub_mirror_problems,
             "engine_cache_hub_mirror_conf": engine_cache_hub_mirror_conf,
             "engine_cache_hub_mirror_token_conf": engine_cache_hub_mirror_token_conf,
+            "engine_cache_hub_mirror_purge_files": engine_cache_hub_mirror_purge_files,
+            "engine_cache_hub_mirror_unresolved": engine_cache_hub_mirror_unresolved,
+            "engine_cache_hub_mirror_fleet_clients": engine_cache_hub_mirror_fleet_clients,
         }

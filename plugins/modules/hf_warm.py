@@ -97,9 +97,16 @@ fetched:
   returned: always
   type: int
 msg:
-  description: What happened, in one line.
+  description: What happened, in one line. A file that fails its check names the purge that removes it from
+    the mirror (C(engine_cache_hub_mirror_purge) of M(llmfleet.engines.engine_cache)).
   returned: always
   type: str
+purge:
+  description: The file that failed its check as C(engine_cache_hub_mirror_purge) takes it,
+    C(<repo>@<commit>/<path>).
+  returned: when a file fails its check
+  type: str
+  sample: meta-llama/Llama-3.1-8B@0e9e39f249a16976918f6564b8830bc894c89659/model-00001-of-00004.safetensors
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -122,6 +129,17 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_token_argument_spec,
     token_transport_problem,
 )
+
+
+def _purge_entry(lock, entry):
+    """The file as engine_cache_hub_mirror_purge names it: <repo>@<commit>/<path>."""
+    return "%s@%s/%s" % (lock["repo"], lock["commit"], entry["path"])
+
+
+def _purge_hint(lock, entry):
+    return ("Before the nodes download it, purge it from the mirror's cache (llmfleet.engines.engine_cache) and run "
+            "again: ansible-playbook playbooks/site.yml --limit llmfleet_engine_cache -e "
+            "'{\"engine_cache_hub_mirror_purge\": [\"%s\"]}'" % _purge_entry(lock, entry))
 
 
 def main():
@@ -158,17 +176,19 @@ def main():
                 got = fetcher.fetch(url, sink, limit=entry["size"])
             except Oversize:
                 module.fail_json(msg="%s of %s: %s sent more than the lock's %d bytes: the mirror holds "
-                                     "bad bytes, or the hub served them" % (entry["path"], where, url, entry["size"]),
-                                 file=entry["path"], **result)
+                                     "bad bytes, or the hub served them. %s" % (entry["path"], where, url, entry["size"],
+                                                                               _purge_hint(lock, entry)),
+                                 file=entry["path"], purge=_purge_entry(lock, entry), **result)
             wrong = sink.digest.problem()
             if wrong:
                 module.fail_json(
                     msg="%s of %s through %s is not the lock's file: got %d bytes with %s %s, expected %d "
-                        "bytes with %s %s. The mirror holds bad bytes, or the hub served them: purge it "
-                        "from the mirror's cache before the nodes download it."
+                        "bytes with %s %s. The mirror holds bad bytes, or the hub served them. %s"
                         % (entry["path"], where, p["endpoint"], sink.digest.size, sink.digest.kind,
-                           sink.digest.hexdigest(), entry["size"], sink.digest.kind, sink.digest.expected),
-                    file=entry["path"], expected_size=entry["size"], got_size=sink.digest.size,
+                           sink.digest.hexdigest(), entry["size"], sink.digest.kind, sink.digest.expected,
+                           _purge_hint(lock, entry)),
+                    file=entry["path"], purge=_purge_entry(lock, entry), expected_size=entry["size"],
+                    got_size=sink.digest.size,
                     expected_hash=sink.digest.expected, got_hash=sink.digest.hexdigest(), **result)
             result["files"].append({"path": entry["path"], "bytes": entry["size"], "cache_status": got.cache_status})
             result["bytes"] += entry["size"]

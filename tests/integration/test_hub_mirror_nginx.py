@@ -13,11 +13,18 @@ sha256, git id), fetched from the hub and its CDN once, then served from the cac
 HIT``); concurrent first requests reach the CDN once; a range is served; a branch or tag URL is refused
 without asking the hub; the gated repo works with the mirror's token and without the client's, which
 never appears in what is served nor reaches the CDN.
+
+And that it serves the fleet only: a client outside ``engine_cache_hub_mirror_clients`` is refused; a repo,
+revision or commit the fleet does not pin is refused with nothing sent to the hub (its log stays empty, so
+no token went); a redirect of the hub to anything but its CDN is refused with nothing sent there; a purged
+entry (``engine_cache_hub_mirror_purge``, removed by the role's own command as the workers' user) is
+fetched from the hub again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import pathlib
@@ -37,11 +44,16 @@ import yaml
 
 from tests.unit.plugins.filter.test_hub_mirror_filter import M as HUB_MIRROR
 from tests.unit.plugins.vllm_fakes import free_port
-from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT
+from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT, TINY_SHARDED
+from tests.upstream.server import ForeignOrigin
 
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# what the fleet of these tests pins: the repos at main (a branch: any commit), the renamed repo's old name,
+# and a revision with a slash
+PINS = [{"model": TINY_CHAT, "revision": "main"}, {"model": GATED_TINY, "revision": "main"},
+        {"model": "llmfleet-test/tiny-chat-old", "revision": "main"}, {"model": TINY_CHAT, "revision": "refs/pr/1"}]
 TASKS = REPO / "roles" / "engine_cache" / "tasks" / "hub_mirror.yml"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 SETPRIV = shutil.which("setpriv")
@@ -66,7 +78,7 @@ def _unit_capabilities():
 class Mirror:
     """A started nginx: ``url``, ``get(path, headers)`` -> (status, headers, body), ``stop()``."""
 
-    def __init__(self, upstream, token=HUB_TOKEN):
+    def __init__(self, upstream, token=HUB_TOKEN, clients=("127.0.0.1",), models=None, cdn=None):
         assert NGINX, "nginx is not installed (apt-get install nginx-light; CI installs it)"
         self.root = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-hub-mirror-"))
         self.root.chmod(0o755)  # the workers cross it to their cache
@@ -83,7 +95,9 @@ class Mirror:
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": upstream.hub_url,
-                  "listen": "127.0.0.1", "port": self.port, "resolver": ["127.0.0.1"]}
+                  "listen": "127.0.0.1", "port": self.port, "resolver": ["127.0.0.1"], "clients": list(clients),
+                  "models": PINS if models is None else models,
+                  "cdn": [upstream.hub_cdn_url] if cdn is None else cdn}
         if as_root:
             params.update(user=WORKER, group=_group_of(WORKER))
         self.conf = self.root / "hub-mirror.conf"
@@ -114,6 +128,16 @@ class Mirror:
                 return response.status, response.headers, response.read()
         except urllib.error.HTTPError as err:
             return err.code, err.headers, err.read()
+
+    def get_from(self, source, path):
+        """GET ``path`` from a client bound to ``source`` (127.0.0.2: another host, as nginx sees it)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(source, 0))
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            return response.status, response.headers, response.read()
+        finally:
+            connection.close()
 
     def error_log(self):
         path = self.dir / "log" / "error.log"
@@ -384,3 +408,123 @@ def test_the_roles_unit_loads_in_systemd_without_warnings(tmp_path):
     assert "Command Line: /usr/sbin/nginx -c /etc/llmfleet/engine_cache/hub-mirror.conf -g \"daemon off;\"" in dump.stdout
     assert "CapabilityBoundingSet: cap_chown cap_kill cap_setgid cap_setuid cap_net_bind_service" in dump.stdout
     assert "ReadWritePaths: /srv/llmfleet-cache/hub-mirror" in dump.stdout and "KillSignal: SIGQUIT" in dump.stdout
+
+
+# -- the fleet only --------------------------------------------------------------------------------------
+
+def test_a_client_outside_the_allow_list_is_refused(mirror, upstream):
+    """The allow list holds 127.0.0.1: a client on 127.0.0.2 (another host, as nginx sees it) is refused
+    everything, and nothing reaches the hub for it."""
+    commit = upstream.hub_catalog()["repos"][GATED_TINY]["branches"]["main"]
+    upstream.clear_log()
+    for path in ("/%s/resolve/%s/model.safetensors" % (GATED_TINY, commit),
+                 "/api/models/%s/revision/main?blobs=true" % GATED_TINY):
+        status, headers, _body = mirror.get_from("127.0.0.2", path)
+        assert status == 403 and headers.get("X-Cache-Status") is None, path
+    assert upstream.log() == []
+    status, _headers, _body = mirror.get_from("127.0.0.1", "/%s/resolve/%s/model.safetensors" % (GATED_TINY, commit))
+    assert status == 200
+
+
+def test_a_repo_revision_or_commit_the_fleet_does_not_pin_is_refused_without_asking_the_hub(upstream):
+    """Pinned: tiny-chat at its main commit (a commit pin: that commit only). Everything else - the gated
+    repo the token reads, another repo, another commit or revision of the pinned one - is 403 before a
+    request, so no token goes anywhere."""
+    catalog = upstream.hub_catalog()["repos"]
+    commit = catalog[TINY_CHAT]["branches"]["main"]
+    other = next(c["commit"] for c in catalog[TINY_CHAT]["commits"] if c["commit"] != commit)
+    started = Mirror(upstream, models=[{"model": TINY_CHAT, "revision": commit}])
+    try:
+        upstream.clear_log()
+        for path in ("/%s/resolve/%s/model.safetensors" % (GATED_TINY, catalog[GATED_TINY]["branches"]["main"]),
+                     "/api/models/%s/revision/main?blobs=true" % GATED_TINY,
+                     "/%s/resolve/%s/config.json" % (TINY_SHARDED, catalog[TINY_SHARDED]["branches"]["main"]),
+                     "/%s/resolve/%s/config.json" % (TINY_CHAT, other),
+                     "/api/models/%s/revision/main" % TINY_CHAT,
+                     "/api/models/%s/revision/%s/../../%s/revision/main" % (TINY_CHAT, commit, GATED_TINY),
+                     "/api/models/%s/revision/%s" % (TINY_CHAT.upper(), commit),
+                     "/%s/resolve/%s/config.json" % (TINY_CHAT.replace("tiny", "t%69ny"), commit)):
+            status, headers, body = started.get(path)
+            assert status in (400, 403), (path, status, body)
+            assert headers.get("X-Cache-Status") is None, path
+        assert upstream.log() == []
+        # what is pinned works: its look-up and its files, with the token
+        status, _headers, body = started.get("/api/models/%s/revision/%s?blobs=true" % (TINY_CHAT, commit))
+        assert status == 200 and json.loads(body)["sha"] == commit
+        status, _headers, _body = started.get("/%s/resolve/%s/config.json" % (TINY_CHAT, commit))
+        assert status == 200
+        assert [e["path"] for e in upstream.log() if e["path"].startswith("/hub/")][:2] == [
+            "/hub/api/models/%s/revision/%s" % (TINY_CHAT, commit), "/hub/%s/resolve/%s/config.json" % (TINY_CHAT, commit)]
+    finally:
+        started.stop()
+
+
+@pytest.mark.parametrize("target", ["foreign", "loopback_service", "upstream_control"])
+def test_a_redirect_to_a_host_that_is_not_the_cdn_is_refused(mirror, upstream, target):
+    """The hub answers a file with a redirect to another host (127.0.0.2), to a service on the loopback, or to
+    the upstream's own control port path: the mirror asks none of them, caches nothing, and the next request
+    (the hub's usual redirect to its CDN) is served."""
+    commit, siblings = _info(mirror, TINY_CHAT)
+    url = "/%s/resolve/%s/model.safetensors" % (TINY_CHAT, commit)
+    with ForeignOrigin("127.0.0.2" if target == "foreign" else "127.0.0.1") as foreign:
+        foreign.route("/metadata", body=b"secret")
+        location = {"foreign": foreign.url + "/metadata", "loopback_service": foreign.url + "/metadata",
+                    "upstream_control": upstream.url + "/_control/log"}[target]
+        upstream.fault("redirect", path="/hub/%s/resolve/" % TINY_CHAT, location=location, count=1)
+        status, headers, body = mirror.get(url)
+        assert status == 502 and b"not its CDN" in body, body
+        assert b"secret" not in body and b"requests" not in body
+        assert foreign.log() == []
+    assert not [e for e in upstream.log() if e["path"].startswith("/_control")]
+    status, headers, body = mirror.get(url)
+    assert (status, headers["X-Cache-Status"]) == (200, "MISS")
+    _check(body, siblings["model.safetensors"])
+
+
+def _purge_argv(files, check=False):
+    """The argv of the role's purge task for ``files``, as Ansible renders it (the workers' user this test's)."""
+    import jinja2
+
+    task = _role_tasks()["Purge the files of engine_cache_hub_mirror_purge from the mirror's cache"]
+    argv = [jinja2.Template(word).render(engine_cache_python="/usr/bin/python3", ansible_check_mode=check,
+                                         item={"file": files[0]})
+            for word in task["ansible.builtin.command"]["argv"]]
+    argv = [{"--reuid=llmfleet-hub-mirror": "--reuid=" + WORKER,
+             "--regid=llmfleet-hub-mirror": "--regid=" + _group_of(WORKER)}.get(word, word) for word in argv]
+    if os.geteuid() != 0:
+        argv = argv[argv.index("--") + 1:]
+    return argv + files[1:]
+
+
+def test_a_purged_file_is_fetched_from_the_hub_again(mirror, upstream):
+    """A file the hub served wrong (the tamper fault: same size, other bytes) is cached; hf_warm would fail
+    its hash check. The role's purge removes its cache file (as the workers' user) and the next request
+    fetches the right bytes from the hub."""
+    commit, siblings = _info(mirror, TINY_CHAT)
+    path = "model.safetensors"
+    url = "/%s/resolve/%s/%s" % (TINY_CHAT, commit, path)
+    upstream.fault("tamper", filename=path, repo=TINY_CHAT)
+    bad = mirror.get(url)
+    assert (bad[0], bad[1]["X-Cache-Status"]) == (200, "MISS") and len(bad[2]) == siblings[path]["size"]
+    assert hashlib.sha256(bad[2]).hexdigest() != siblings[path]["lfs"]["sha256"]
+    with upstream.state.lock:  # the hub is right again; the mirror still serves what it cached
+        upstream.state.faults[:] = []
+    assert mirror.get(url)[1]["X-Cache-Status"] == "HIT" and mirror.get(url)[2] == bad[2]
+    purge = HUB_MIRROR.engine_cache_hub_mirror_purge_files(["%s@%s/%s" % (TINY_CHAT, commit, path)], str(mirror.dir))
+    cached = pathlib.Path(purge[0]["file"])
+    assert cached.is_file() and ("KEY: %s\n" % url).encode() in cached.read_bytes()[:4096]
+    # check mode names it and leaves it
+    checked = subprocess.run(_purge_argv([str(cached)], check=True), capture_output=True, text=True, check=True)
+    assert checked.stdout.splitlines() == [str(cached)] and cached.is_file()
+    removed = subprocess.run(_purge_argv([str(cached), str(cached) + "-not-cached"]), capture_output=True, text=True,
+                             check=True)
+    assert removed.stdout.splitlines() == [str(cached)] and not cached.exists()
+    upstream.clear_log()
+    status, headers, body = mirror.get(url)
+    assert (status, headers["X-Cache-Status"]) == (200, "MISS")
+    _check(body, siblings[path])
+    assert [e["status"] for e in upstream.log() if e["path"].startswith("/hub-cdn/")] == [200]
+    assert mirror.get(url)[1]["X-Cache-Status"] == "HIT"
+    # a second purge run finds nothing to remove: idempotent
+    again = subprocess.run(_purge_argv([str(cached) + "-gone"]), capture_output=True, text=True, check=True)
+    assert again.stdout == ""

@@ -37,14 +37,17 @@ INJECT = ("no control character (newline, carriage return, tab, NUL), whitespace
 
 
 def test_filters_are_registered():
-    assert sorted(F) == ["engine_cache_hub_mirror_conf", "engine_cache_hub_mirror_problems",
-                         "engine_cache_hub_mirror_token_conf"]
+    assert sorted(F) == ["engine_cache_hub_mirror_conf", "engine_cache_hub_mirror_fleet_clients",
+                         "engine_cache_hub_mirror_problems", "engine_cache_hub_mirror_purge_files",
+                         "engine_cache_hub_mirror_token_conf", "engine_cache_hub_mirror_unresolved"]
 
 
 def test_filter_defaults_are_the_role_defaults():
     defaults = yaml.safe_load((REPO / "roles/engine_cache/defaults/main.yml").read_text())
-    for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token"):
+    for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token", "cdn", "purge"):
         assert M.DEFAULTS[key] == defaults["engine_cache_hub_mirror_" + key], key
+    # empty in the role: the fleet's own (tasks/hub_mirror.yml derives them from the inventory)
+    assert defaults["engine_cache_hub_mirror_clients"] == [] and defaults["engine_cache_hub_mirror_models"] == []
 
 
 # -- what is rendered ---------------------------------------------------------------------------------
@@ -269,8 +272,136 @@ def test_unknown_keys_missing_keys_and_not_a_mapping():
 def test_the_role_defaults_have_no_problem():
     defaults = yaml.safe_load((REPO / "roles/engine_cache/defaults/main.yml").read_text())
     params = {key: defaults["engine_cache_hub_mirror_" + key]
-              for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token")}
+              for key in ("listen", "port", "upstream", "max_size_gib", "resolver", "token", "clients", "models",
+                          "cdn", "purge")}
     assert problems(params) == []
+
+
+# -- who may ask, what may be asked, where a redirect may go, what is purged --------------------------
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FLEET = dict(BASE, clients=["10.0.0.0/24", "2001:db8::/64", "10.1.2.3", "10.1.2.3"],
+             models=[{"name": "chat", "model": "org/chat.v1", "revision": "refs/pr/1", "port": 8000},
+                     {"model": "org/pinned", "revision": COMMIT.upper()},
+                     {"model": "org/chat.v1", "revision": "refs/pr/1"}])
+
+
+def test_only_the_clients_are_allowed_before_any_location():
+    lines = _lines(conf(FLEET))
+    start = lines.index("deny all;")
+    assert lines[start - 3:start + 1] == ["allow 10.0.0.0/24;", "allow 2001:db8::/64;", "allow 10.1.2.3;", "deny all;"]
+    assert lines.index("server {") < start < min(i for i, line in enumerate(lines) if line.startswith("location "))
+    default = _lines(conf(BASE))
+    assert default[default.index("deny all;") - 2:default.index("deny all;")] == ["allow 127.0.0.1;", "allow ::1;"]
+    assert len([line for line in default if line.startswith(("allow ", "deny "))]) == 3
+
+
+def test_only_the_pinned_repos_revisions_and_commits_are_asked_of_the_hub():
+    text = conf(FLEET)
+    lines = _lines(text)
+    start = lines.index("map $hub_path $hub_pinned {")
+    assert lines[start + 1:start + 7] == [
+        '"~^/api/models/org/chat\\.v1/revision/refs%2Fpr%2F1$" 1;',
+        # a branch or tag pin: its commit is known only on the controller, later: any commit of the repo
+        '"~^/org/chat\\.v1/resolve/[0-9a-f]{40}/" 1;',
+        '"~^/api/models/org/pinned/revision/%s$" 1;' % COMMIT.upper(),
+        # a commit pin: that commit only
+        '"~^/org/pinned/resolve/%s/" 1;' % COMMIT,
+        "default 0;",
+        "}",
+    ]
+    for block in (_location(text, RESOLVE), _location(text, "location /api/models/ {")):
+        check = block.index("if ($hub_pinned = 0) {")
+        assert block[check + 1].startswith("return 403 ") and block[check + 2] == "}"
+        assert check < min(i for i, line in enumerate(block) if line.startswith(("proxy_pass", "set $hub_to_hub")))
+    # no pin: nothing is asked of the hub
+    lines = _lines(conf(BASE))
+    assert lines[lines.index("map $hub_path $hub_pinned {") + 1:][:2] == ["default 0;", "}"]
+
+
+def test_a_redirect_is_followed_only_to_the_hub_and_its_cdns():
+    lines = _lines(conf(BASE))
+    start = lines.index("map $hub_next $hub_next_allowed {")
+    expected = ['"~^https://huggingface\\.co/" 1;'] + [
+        '"~^%s/" 1;' % origin.replace(".", "\\.") for origin in M.HUB_CDN_ORIGINS]
+    assert lines[start + 1:start + 3 + len(expected)] == ["volatile;"] + expected + ["default 0;"]
+    cdn = _location(conf(BASE), "location @cdn {")
+    check = cdn.index("if ($hub_next_allowed = 0) {")
+    assert cdn[check + 1].startswith("return 502 ") and check < cdn.index("proxy_pass $hub_next;")
+    lines = _lines(conf(dict(BASE, cdn=["http://127.0.0.1:9000", "https://[::1]:8443"])))
+    start = lines.index("map $hub_next $hub_next_allowed {")
+    assert lines[start + 1:start + 6] == ["volatile;", '"~^https://huggingface\\.co/" 1;',
+                                          '"~^http://127\\.0\\.0\\.1:9000/" 1;',
+                                          '"~^https://\\[::1\\]:8443/" 1;', "default 0;"]
+
+
+def test_purge_names_the_cache_files_nginx_keeps():
+    import hashlib
+
+    found = F["engine_cache_hub_mirror_purge_files"](["org/chat@%s/sub dir/model.safetensors" % COMMIT],
+                                                     "/srv/llmfleet-cache/hub-mirror/")
+    key = "/org/chat/resolve/%s/sub%%20dir/model.safetensors" % COMMIT
+    digest = hashlib.md5(key.encode()).hexdigest()  # noqa: S324
+    assert found == [{"entry": "org/chat@%s/sub dir/model.safetensors" % COMMIT, "key": key,
+                      "file": "/srv/llmfleet-cache/hub-mirror/cache/%s/%s/%s" % (digest[-1], digest[-3:-1], digest)}]
+    assert F["engine_cache_hub_mirror_purge_files"]([], "/srv/x") == []
+
+
+def test_fleet_clients_are_the_inventory_the_controller_and_the_loopback():
+    inventory = {"n1": "10.0.0.5", "n2": "", "n3": "node3.example", "n4": "2001:db8::7", "n5": None}
+    assert F["engine_cache_hub_mirror_unresolved"](inventory) == ["n2", "n5", "node3.example"]
+    found = F["engine_cache_hub_mirror_fleet_clients"](
+        inventory, {"n2": "10.0.0.6      STREAM n2\n10.0.0.6      DGRAM\n", "n5": "fd00::5 STREAM n5\n",
+                    "node3.example": ""}, "10.9.9.9 50522 22")
+    assert found["clients"] == ["127.0.0.1", "::1", "10.0.0.5", "10.0.0.6", "2001:db8::7", "fd00::5", "10.9.9.9"]
+    assert found["problems"] == ['inventory host n3 (ansible_host "node3.example") has no address this host can look'
+                                 " up: set engine_cache_hub_mirror_clients to the addresses the fleet reaches the"
+                                 " mirror from"]
+    assert F["engine_cache_hub_mirror_fleet_clients"]({}, {}, "") == {"clients": ["127.0.0.1", "::1"], "problems": []}
+    assert problems(dict(BASE, clients=found["clients"])) == []
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("clients", "10.0.0.1", 'variable engine_cache_hub_mirror_clients is "10.0.0.1", allowed: a list of addresses'),
+    ("clients", ["10.0.0.1/24"], 'variable engine_cache_hub_mirror_clients has "10.0.0.1/24", allowed: addresses'),
+    ("clients", ["node1.example"], 'has "node1.example", allowed: addresses or networks'),
+    ("clients", ["10.0.0.0/33"], 'has "10.0.0.0/33"'),
+    ("clients", ["10.0.0.1;"], 'has "10.0.0.1;"'),
+    ("clients", [""], 'has ""'),
+    ("clients", [5], "has 5"),
+    ("models", [{"model": "gpt2", "revision": "main"}],
+     'variable engine_cache_hub_mirror_models has {"model": "gpt2", "revision": "main"}, allowed: mappings with'),
+    ("models", [{"model": "org/x"}], 'has {"model": "org/x", "revision": null}'),
+    ("models", [{"model": "org/x", "revision": " main"}], 'has {"model": "org/x", "revision": " main"}'),
+    ("models", [{"model": "org/a..b", "revision": "main"}], 'has {"model": "org/a..b"'),
+    ("models", [{"model": "org/x", "revision": "ma\nin"}], "has {"),
+    ("models", ["org/x"], 'has "org/x", allowed: mappings'),
+    ("cdn", ["cdn-lfs.hf.co"], 'variable engine_cache_hub_mirror_cdn has "cdn-lfs.hf.co", allowed: origins'),
+    ("cdn", ["https://cdn-lfs.hf.co/x"], 'has "https://cdn-lfs.hf.co/x"'),
+    ("cdn", ["ftp://cdn-lfs.hf.co"], 'has "ftp://cdn-lfs.hf.co"'),
+    ("cdn", ["https://cdn;lfs.hf.co"], 'has "https://cdn;lfs.hf.co"'),
+    ("cdn", "https://cdn-lfs.hf.co", "is \"https://cdn-lfs.hf.co\", allowed: a list of origins"),
+    ("purge", ["org/x@main/config.json"], 'variable engine_cache_hub_mirror_purge has "org/x@main/config.json",'
+                                          " allowed: <org>/<name>@<40-hex commit>/<path of the file>"),
+    ("purge", ["org/x@%s/../y" % COMMIT], "has \"org/x@%s/../y\"" % COMMIT),
+    ("purge", ["org/x@%s//y" % COMMIT], "has "),
+    ("purge", ["org/x@%s/" % COMMIT], "has "),
+    ("purge", ["org/x@%s/a\nb" % COMMIT], "has "),
+    ("purge", ["org/x@%s/y" % COMMIT.upper()], "has "),
+    ("purge", "org/x@%s/y" % COMMIT, "allowed: a list of <org>/<name>@"),
+])
+def test_fleet_values_are_refused_naming_variable_and_value(key, value, fragment):
+    found = problems(dict(BASE, **{key: value}))
+    assert len(found) == 1 and fragment in found[0], found
+    with pytest.raises(AnsibleFilterError):
+        conf(dict(BASE, **{key: value}))
+
+
+def test_no_client_at_all_is_refused():
+    with pytest.raises(AnsibleFilterError, match=r"engine_cache_hub_mirror_clients is \[\], allowed: at least one"):
+        conf(dict(BASE, clients=[]))
+    with pytest.raises(AnsibleFilterError, match="variable engine_cache_hub_mirror_purge has"):
+        F["engine_cache_hub_mirror_purge_files"](["x"], "/srv/x")
 
 
 # -- what nginx makes of it -----------------------------------------------------------------------------
@@ -300,7 +431,8 @@ def test_nginx_accepts_the_defaults(tmp_path):
     {"listen": "::1", "upstream": "https://[::1]:8443", "resolver": "[::1] 10.0.0.2", "validate_certs": False,
      "max_size_gib": 1, "lock_timeout": 5, "inactive_days": 1},
     {"listen": "localhost", "upstream": "https://hub.example-mirror.org/a/b", "resolv_conf": "nameserver 192.0.2.53\n"},
-], ids=["loopback-http-upstream-with-path", "ipv6", "names"])
+    {"clients": FLEET["clients"], "models": FLEET["models"], "cdn": ["http://127.0.0.1:9000", "https://[::1]:8443"]},
+], ids=["loopback-http-upstream-with-path", "ipv6", "names", "fleet"])
 def test_nginx_accepts_odd_but_valid_values(tmp_path, params):
     result = _nginx_test(tmp_path, params, token=TOKEN)
     assert result.returncode == 0, result.stderr

@@ -115,6 +115,12 @@ def test_bad_bytes_from_the_hub_fail_naming_the_file(upstream, mirror, capsys):
                                     "sha256 " % (TINY_CHAT, lock["commit"][:12], mirror.url, entry["size"]))
     assert "expected %d bytes with sha256 %s" % (entry["size"], entry["sha256"]) in result["msg"]
     assert result["file"] == "pytorch_model.bin" and result["got_hash"] != entry["sha256"]
+    # it names the purge that removes the bad copy from the mirror, in the form engine_cache takes
+    assert result["purge"] == "%s@%s/pytorch_model.bin" % (TINY_CHAT, lock["commit"])
+    assert "-e '{\"engine_cache_hub_mirror_purge\": [\"%s\"]}'" % result["purge"] in result["msg"]
+    from tests.unit.plugins.filter._plugins import filter_plugin
+
+    assert filter_plugin("hub_mirror").engine_cache_hub_mirror_problems({"purge": [result["purge"]]}) == []
     # the files before it were checked and are reported
     assert [f["path"] for f in result["files"]] == [e["path"] for e in lock["files"]][:lock["files"].index(entry)]
 

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import url_text_problem
+from ansible_collections.llmfleet.engines.plugins.filter.cutoff import engine_node_exclude_newer_package
 
 # The version syntax validate.yml accepts for engine_node_version: a release such as 0.20.0.
 _VERSION_RE = r"^v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?$"
@@ -285,7 +286,8 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
         "extra_index_url": ["%s/%s" % (_text(torch_index_url), source.get("torch_index"))] if github else [],
         "index_strategy": "unsafe-best-match" if github else None,
         "exclude_newer": release["exclude_newer"],
-        "exclude_newer_package": exclude_newer_package if github else None,
+        # GitHub builds: the torch exceptions; index builds: the engine's own late wheels of this arch
+        "exclude_newer_package": engine_node_exclude_newer_package(job, release, exclude_newer_package) or None,
         "python_version": version,
         "python_platform": platform,
     }

@@ -459,7 +459,10 @@ class Lookup(object):
                 "%s answered for %s without an upload time for %s: the index must give upload "
                 "times (PyPI JSON API, or PEP 700 simple JSON) to date a release"
                 % (found["url"], self._what(), ", ".join(undated)), source=found["source"])
-        published = max(f["_stamp"] for f in files)
+        # The first upload dates the release: a file added later (an aarch64 wheel months after the
+        # x86_64 one) must not move the cut-off its dependencies resolve by.
+        published = min(f["_stamp"] for f in files)
+        last = max(f["_stamp"] for f in files)
         yanked = found["yanked"]
         if yanked is None:
             yanked = all(f["yanked"] for f in files)
@@ -468,22 +471,84 @@ class Lookup(object):
             reasons = sorted(set(f["_yanked_reason"] for f in files if f["_yanked_reason"]))
             reason = "; ".join(reasons) or None
         out_files = []
+        stamps = {}
         for f in sorted(files, key=lambda f: f["filename"]):
             out_files.append(dict((k, v) for k, v in f.items() if not k.startswith("_")))
+            stamps[f["filename"]] = f["_stamp"]
         return {
             "source": found["source"],
             "source_url": found["url"],
             "files": out_files,
+            "_stamps": stamps,
             "published": published,
+            "last_upload": last,
             "yanked": bool(yanked),
             "yanked_reason": reason if yanked else None,
         }
 
 
 def lookup(client, project, version, index_url=None, simple_url=None, margin_hours=24):
-    """The module's result for one release (see the module's RETURN)."""
+    """The module's result for one release (see the module's RETURN).
+
+    The cut-off (``exclude_newer``) is the release's first upload plus the margin, so that a file
+    added to the release later does not move it. Files uploaded after the cut-off are listed in
+    ``late_files``, each with its own cut-off (its upload plus the margin), which is what
+    ``--exclude-newer-package <project>=<it>`` takes for uv to see that file (``own_exclude_newer``).
+    """
     found = Lookup(client, project, version, index_url, simple_url).run()
+    margin = datetime.timedelta(hours=margin_hours)
+    stamps = found.pop("_stamps")
     published = found.pop("published")
+    cutoff = published + margin
     found["published"] = format_time(published)
-    found["exclude_newer"] = format_time(published + datetime.timedelta(hours=margin_hours))
+    found["last_upload"] = format_time(found.pop("last_upload"))
+    found["exclude_newer"] = format_time(cutoff)
+    found["late_files"] = [
+        {"filename": name, "upload_time": format_time(stamp), "exclude_newer": format_time(stamp + margin)}
+        for name, stamp in sorted(stamps.items(), key=lambda item: (item[1], item[0])) if stamp > cutoff]
     return found
+
+
+def late_files_warning(project, version, found):
+    """A warning naming the files uploaded after the cut-off, or None when every file is within it."""
+    late = found.get("late_files") or []
+    if not late:
+        return None
+    return ("%s %s: %d of its %d files were uploaded after the cut-off %s (the first upload, %s, plus the margin): "
+            "%s. Dependencies still resolve as of %s, whenever a node is built; uv sees a late file only through "
+            "--exclude-newer-package %s=<its exclude_newer in late_files> (the engine_node role gives it for the "
+            "engine's wheels of the node's architecture)"
+            % (project, version, len(late), len(found.get("files") or []), found["exclude_newer"], found["published"],
+               ", ".join("%s (%s)" % (f["filename"], f["upload_time"]) for f in late), found["exclude_newer"],
+               normalize_name(project)))
+
+
+def wheel_machines(filename):
+    """The machines of a wheel's platform tags (``manylinux_2_28_x86_64.manylinux2014_x86_64`` ->
+    ``{"x86_64"}``; ``any`` -> ``{"any"}``), empty for a file that is not a wheel."""
+    if not filename.lower().endswith(".whl"):
+        return set()
+    parts = filename[:-4].split("-")
+    if len(parts) not in (5, 6):
+        return set()
+    machines = set()
+    for tag in parts[-1].split("."):
+        if tag == "any":
+            machines.add("any")
+            continue
+        match = re.search(r"_(x86_64|aarch64|arm64|armv7l|ppc64le|s390x|i686|amd64|win32|universal2)$", tag)
+        machines.add(match.group(1) if match else tag)
+    return machines
+
+
+def own_exclude_newer(found, machine):
+    """The cut-off a node of ``machine`` (``x86_64``, ``aarch64``) needs for the release's own files:
+    the latest ``exclude_newer`` of the late wheels it can install (its machine's, or pure ``any``
+    wheels), for ``--exclude-newer-package <project>=<it>``; None when none of them is late (the
+    release's cut-off already lets uv see them). Source archives are not counted: nothing is built
+    from source."""
+    times = [f["exclude_newer"] for f in found.get("late_files") or []
+             if wheel_machines(f["filename"]) & {machine, "any"}]
+    if not times:
+        return None
+    return format_time(max(parse_time(t) for t in times))

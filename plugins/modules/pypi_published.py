@@ -12,9 +12,15 @@ short_description: When a release was published on a PyPI-compatible index, and 
 version_added: 0.1.0
 description:
   - Looks up one release of a project on PyPI or a PyPI-compatible mirror and returns when its
-    last file was uploaded (RV(published)), that time plus O(margin) hours (RV(exclude_newer), the
+    first file was uploaded (RV(published)), that time plus O(margin) hours (RV(exclude_newer), the
     cut-off to give C(uv pip compile --exclude-newer) so that dependencies resolve as the index
     stood then), and every file of the release with its sha256.
+  - The cut-off is taken from the B(first) upload so that it does not move when a file is added to
+    the release later (a wheel for another architecture uploaded months after the others), so a node
+    built next month resolves the same dependencies as one built today. Files uploaded after the
+    cut-off are listed in RV(late_files) and named in a warning; uv leaves them out too unless it is
+    given C(--exclude-newer-package <project>=<the file's late_files[].exclude_newer>), which is what the
+    C(engine_node) role does for the engine's own wheels of a node's architecture.
   - Asks the release JSON (C(/pypi/<project>/<version>/json)) first, then the project JSON
     (C(/pypi/<project>/json)), then the PEP 691 simple JSON with PEP 700 upload times
     (C(<simple_url>/<project>/)), because PyPI and its mirrors do not all answer every one. Only a
@@ -51,7 +57,9 @@ options:
     type: str
   margin:
     description:
-      - Hours added to RV(published) to give RV(exclude_newer).
+      - Hours added to RV(published) (the first upload) to give RV(exclude_newer), and to each late
+        file's upload to give its RV(late_files[].exclude_newer).
+      - Files uploaded more than this after the first one are RV(late_files), and the task warns.
     type: int
     default: 24
   allow_yanked:
@@ -116,15 +124,43 @@ EXAMPLES = r"""
 
 RETURN = r"""
 published:
+  description:
+    - The first upload time of the release's files, RFC 3339 in UTC.
+    - It does not move when a file is added to the release later; RV(last_upload) is the latest upload.
+  returned: success
+  type: str
+  sample: "2025-10-04T01:39:32.382596Z"
+last_upload:
   description: The latest upload time of the release's files, RFC 3339 in UTC.
   returned: success
   type: str
   sample: "2025-10-04T01:39:57.798320Z"
 exclude_newer:
-  description: RV(published) plus O(margin) hours, RFC 3339 in UTC.
+  description:
+    - RV(published) plus O(margin) hours, RFC 3339 in UTC. It does not move when files are added to the release later.
   returned: success
   type: str
-  sample: "2025-10-05T01:39:57.798320Z"
+  sample: "2025-10-05T01:39:32.382596Z"
+late_files:
+  description:
+    - The release's files uploaded after RV(exclude_newer), oldest first; empty when every file came within
+      O(margin) hours of the first. uv leaves them out at that cut-off; each one's RV(late_files[].exclude_newer) given
+      as C(--exclude-newer-package <project>=<it>) lets uv see it (and only the project's own files).
+  returned: success
+  type: list
+  elements: dict
+  sample: []
+  contains:
+    filename:
+      description: The file name.
+      type: str
+      sample: vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl
+    upload_time:
+      description: When it was uploaded, RFC 3339 in UTC.
+      type: str
+    exclude_newer:
+      description: Its upload time plus O(margin) hours, RFC 3339 in UTC.
+      type: str
 files:
   description: Every file of the release, sorted by file name.
   returned: success
@@ -186,6 +222,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
 from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import (
     DEFAULT_INDEX_URL,
     PypiError,
+    late_files_warning,
     lookup,
     redact_passwords,
     url_secrets,
@@ -232,6 +269,9 @@ def main():
 
     result = redact_passwords(result, secrets)
     index = redact_passwords(p["index_url"], secrets)
+    spread = late_files_warning(p["project"], p["version"], result)
+    if spread:
+        module.warn(spread)
     if result["yanked"]:
         reason = " (reason: %s)" % result["yanked_reason"] if result["yanked_reason"] else ""
         if not p["allow_yanked"]:

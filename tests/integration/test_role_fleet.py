@@ -776,6 +776,86 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     assert 'class="differs"' not in html and "off what the inventory wants" not in html + markdown
 
 
+# --- engine_build.yml and the files that really set a node's build (issue 30, finding 8) -----------
+# Each records build none on the node "off" (its converge installs nothing), starting from a
+# host_vars file that says auto.
+
+def inventory_build(fleet: Fleet, node: str, *sources: pathlib.Path) -> str | None:
+    """engine_node_build as the inventory gives it now: an independent read, with ansible-inventory."""
+    cmd = [str(BIN / "ansible-inventory"), "-i", str(fleet.inventory)]
+    for source in sources:
+        cmd += ["-i", str(source)]
+    proc = subprocess.run(cmd + ["--host", node], capture_output=True, text=True, timeout=120, check=True,
+                          env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS)))
+    return json.loads(proc.stdout).get("engine_node_build")
+
+
+def vaulted(tmp: pathlib.Path, name: str, secret: str) -> str:
+    """``name: !vault |`` and its block, as ansible-vault encrypt_string writes it (a password the play is not given)."""
+    password = tmp / "vault-password"
+    password.write_text("not given to the play\n")
+    return subprocess.run([str(BIN / "ansible-vault"), "encrypt_string", "--vault-password-file", str(password),
+                           secret, "--name", name], capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def build_fleet(tmp_path, upstream, uv_index):
+    nodes = {"off": ("h100-580", {})}
+    return Fleet(tmp_path, upstream, uv_index, nodes)
+
+
+def test_engine_build_keeps_an_inline_vault_value_and_edits_beside_it(upstream, uv_index, tmp_path):
+    fleet = build_fleet(tmp_path, upstream, uv_index)
+    host_vars = fleet.inventory / "host_vars" / "off.yml"
+    secret = vaulted(tmp_path, "site_api_key", "s3cret-value-never-shown")
+    host_vars.write_text("---\n# the operator's notes\n" + secret + "engine_node_build: auto\n")
+    before = host_vars.read_text()
+    run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
+    assert run.rc == 0, run
+    assert host_vars.read_text() == before.replace("engine_node_build: auto", "engine_node_build: none")
+    assert inventory_build(fleet, "off") == "none"
+    assert "s3cret-value-never-shown" not in run.out
+
+
+def test_engine_build_edits_the_host_vars_file_that_sets_the_build(upstream, uv_index, tmp_path):
+    fleet = build_fleet(tmp_path, upstream, uv_index)
+    node_dir = fleet.inventory / "host_vars" / "off"
+    node_dir.mkdir()
+    (node_dir / "main.yml").write_text("# gpu07's settings\nengine_node_build: auto\nengine_node_keep: 2\n")
+    (node_dir / "zz_site.yml").write_text("engine_node_free_gb: 0\n")
+    run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
+    assert run.rc == 0, run
+    # main.yml sets it: main.yml is edited; a file of its own (read before main.yml) would lose
+    assert (node_dir / "main.yml").read_text() == "# gpu07's settings\nengine_node_build: none\nengine_node_keep: 2\n"
+    assert sorted(p.name for p in node_dir.iterdir()) == ["main.yml", "zz_site.yml"]
+    assert inventory_build(fleet, "off") == "none"
+    # a directory where no file sets it: a file of its own there (Ansible reads the directory, not off.yml)
+    (node_dir / "main.yml").write_text("engine_node_keep: 2\n")
+    run = fleet.play("engine_build.yml", "--check", extra={"node": "off", "build": "auto"})
+    assert run.rc == 0, run
+    assert not (node_dir / "engine_node_build.yml").exists()  # check mode writes nothing
+    run = fleet.play("engine_build.yml", extra={"node": "off", "build": "none"})
+    assert run.rc == 0, run
+    assert (node_dir / "engine_node_build.yml").read_text() == "engine_node_build: none\n"
+
+
+def test_engine_build_fails_naming_a_file_that_overrides_it(upstream, uv_index, tmp_path):
+    fleet = build_fleet(tmp_path, upstream, uv_index)
+    (fleet.inventory / "host_vars" / "off.yml").write_text("engine_node_build: auto\n")
+    # a second inventory source, read after the first: its host_vars win
+    site = tmp_path / "site-inventory"
+    (site / "host_vars").mkdir(parents=True)
+    (site / "hosts.yml").write_text("all:\n  hosts:\n    \"off\": {}\n")  # quoted: YAML reads off as false
+    (site / "host_vars" / "off.yml").write_text("engine_node_build: cu13\n")
+    run = fleet.play("engine_build.yml", "-i", str(site), extra={"node": "off", "build": "none"})
+    assert run.rc != 0, run
+    assert "now sets engine_node_build: none, but the inventory gives off cu13" in run.out, run
+    assert str(site / "host_vars" / "off.yml") + " sets it too and wins over " + str(
+        fleet.inventory / "host_vars" / "off.yml") in run.out, run
+    assert "PLAY [Apply the build to the node]" not in run.out  # the node is not converged to a build the next run undoes
+    assert inventory_build(fleet, "off", site) == "cu13"
+    assert "Unable to parse" not in run.out, run  # both inventory sources were read
+
+
 def other_os_python(tmp: pathlib.Path, name: str, glibc: str | None = None, arch: str | None = None) -> str:
     """An ``ansible_python_interpreter`` for a simulated node on another OS than this machine's.
 

@@ -17,11 +17,12 @@ from ansible_collections.llmfleet.engines.plugins.modules import pypi_published
 
 pytestmark = pytest.mark.network
 
-PUBLISHED = "2025-10-04T01:39:57.798320Z"
+PUBLISHED = "2025-10-04T01:39:32.382596Z"  # the first upload: the x86_64 wheel
+LAST_UPLOAD = "2025-10-04T01:39:57.798320Z"
 FILES = {
-    "vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl": ("bdist_wheel", "2025-10-04T01:39:32.382596Z"),
+    "vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl": ("bdist_wheel", PUBLISHED),
     "vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl": ("bdist_wheel", "2025-10-04T01:39:50.251865Z"),
-    "vllm-0.11.0.tar.gz": ("sdist", PUBLISHED),
+    "vllm-0.11.0.tar.gz": ("sdist", LAST_UPLOAD),
 }
 
 
@@ -31,7 +32,8 @@ def client():
 
 def check_vllm_0110(result):
     assert result["published"] == PUBLISHED
-    assert result["exclude_newer"] == "2025-10-05T01:39:57.798320Z"
+    assert result["exclude_newer"] == "2025-10-05T01:39:32.382596Z"
+    assert result["last_upload"] == LAST_UPLOAD and result["late_files"] == []  # 25 s apart
     assert {f["filename"]: (f["packagetype"], f["upload_time"]) for f in result["files"]} == FILES
     for item in result["files"]:
         assert re.match(r"^[0-9a-f]{64}$", item["sha256"]), item

@@ -101,8 +101,11 @@ def test_release_json_answers_first(fake):
     result = run()
     assert result["source"] == "release_json"
     assert result["source_url"] == RELEASE
-    assert result["published"] == "2025-10-02T20:10:00Z"
-    assert result["exclude_newer"] == "2025-10-03T20:10:00Z"
+    # the first upload dates the release; the others came within the margin
+    assert result["published"] == "2025-10-02T20:00:00Z"
+    assert result["last_upload"] == "2025-10-02T20:10:00Z"
+    assert result["exclude_newer"] == "2025-10-03T20:00:00Z"
+    assert result["late_files"] == []
     assert [f["filename"] for f in result["files"]] == [
         "vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl",
         "vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl",
@@ -129,7 +132,7 @@ def test_release_json_404_falls_back_to_project_json_and_resolves_relative_urls(
     result = run()
     assert result["source"] == "project_json"
     assert server.count(RELEASE) == 1
-    assert result["published"] == "2025-10-02T20:10:00Z"
+    assert result["published"] == "2025-10-02T20:00:00Z"
     assert {f["sha256"] for f in result["files"]} == {SHA["whl"], SHA["arm"], SHA["sdist"]}
     assert result["files"][2]["url"] == BASE + "/packages/ab/vllm-0.11.0.tar.gz"
 
@@ -142,7 +145,7 @@ def test_release_json_for_another_version_is_not_trusted(fake):
     server.add(PROJECT, Reply(200, project_json()))
     result = run()
     assert result["source"] == "project_json"
-    assert result["published"] == "2025-10-02T20:10:00Z"
+    assert result["published"] == "2025-10-02T20:00:00Z"
 
 
 def test_both_json_apis_404_fall_back_to_simple_json_filtered_by_file_name(fake):
@@ -157,8 +160,9 @@ def test_both_json_apis_404_fall_back_to_simple_json_filtered_by_file_name(fake)
         ("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "bdist_wheel"),
         ("vllm-0.11.0.tar.gz", "sdist"),
     ]
-    assert result["published"] == "2025-10-02T20:10:00.500000Z"
-    assert result["exclude_newer"] == "2025-10-03T20:10:00.500000Z"
+    assert result["published"] == "2025-10-02T20:00:00Z"
+    assert result["last_upload"] == "2025-10-02T20:10:00.500000Z"
+    assert result["exclude_newer"] == "2025-10-03T20:00:00Z"
     assert result["files"][1]["url"] == BASE + "/files/vllm-0.11.0.tar.gz"
     assert result["files"][1]["size"] == 2000 + len("vllm-0.11.0.tar.gz")
 
@@ -237,12 +241,18 @@ def test_trailing_slash_on_index_url_is_ignored(fake):
     assert run(index_url=BASE + "/")["source_url"] == RELEASE
 
 
-@pytest.mark.parametrize("margin, expected", [(0, "2025-10-02T20:10:00Z"), (48, "2025-10-04T20:10:00Z"),
-                                              (1, "2025-10-02T21:10:00Z")])
+@pytest.mark.parametrize("margin, expected", [(0, "2025-10-02T20:00:00Z"), (48, "2025-10-04T20:00:00Z"),
+                                              (1, "2025-10-02T21:00:00Z")])
 def test_margin_moves_exclude_newer(fake, margin, expected):
     server, _sleeps = fake
     server.add(RELEASE, Reply(200, release_json()))
-    assert run(margin=margin)["exclude_newer"] == expected
+    result = run(margin=margin)
+    assert result["exclude_newer"] == expected
+    # with no margin, the files uploaded 5 and 10 minutes after the first are late
+    assert result["late_files"] == ([] if margin else [
+        {"filename": "vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", "upload_time": "2025-10-02T20:05:00.123456Z",
+         "exclude_newer": "2025-10-02T20:05:00.123456Z"},
+        {"filename": "vllm-0.11.0.tar.gz", "upload_time": "2025-10-02T20:10:00Z", "exclude_newer": "2025-10-02T20:10:00Z"}])
 
 
 def test_version_spelt_differently_is_found_in_project_json(fake):
@@ -350,7 +360,7 @@ def test_json_of_the_wrong_shape_fails(fake):
 def test_5xx_then_success(fake):
     server, sleeps = fake
     server.add(RELEASE, Reply(503), Reply(503), Reply(200, release_json()))
-    assert run(retries=3)["published"] == "2025-10-02T20:10:00Z"
+    assert run(retries=3)["published"] == "2025-10-02T20:00:00Z"
     assert server.count(RELEASE) == 3
     assert sleeps == [0.25, 0.5]
 
@@ -471,3 +481,28 @@ def test_project_json_failure_other_than_404_does_not_fall_back_to_simple(fake):
         run()
     assert PROJECT in exc.value.msg
     assert server.count(SIMPLE) == 0
+
+
+# -- the machines of a wheel, for the engine's own late files (issue 30, finding 6) -------------
+@pytest.mark.parametrize("filename, machines", [
+    ("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", {"x86_64"}),
+    ("vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", {"aarch64"}),
+    ("uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", {"x86_64"}),
+    ("vllm-0.11.0-1-cp38-abi3-manylinux_2_28_aarch64.whl", {"aarch64"}),
+    ("llmfleet_fakedep-1.1.0-py3-none-any.whl", {"any"}),
+    ("x-1.0-cp312-cp312-macosx_11_0_arm64.whl", {"arm64"}),
+    ("vllm-0.11.0.tar.gz", set()),
+    ("not-a-wheel.whl", set()),
+])
+def test_wheel_machines(filename, machines):
+    assert _pypi.wheel_machines(filename) == machines
+
+
+def test_own_exclude_newer_takes_the_latest_late_wheel_of_the_machine():
+    found = {"late_files": [
+        {"filename": "vllm-1-cp38-abi3-manylinux_2_28_aarch64.whl", "exclude_newer": "2026-09-02T12:00:00Z"},
+        {"filename": "vllm-1-cp38-abi3-manylinux_2_31_aarch64.whl", "exclude_newer": "2026-09-03T12:00:00.5Z"},
+        {"filename": "vllm-1.tar.gz", "exclude_newer": "2026-12-01T00:00:00Z"}]}
+    assert _pypi.own_exclude_newer(found, "aarch64") == "2026-09-03T12:00:00.500000Z"
+    assert _pypi.own_exclude_newer(found, "x86_64") is None
+    assert _pypi.own_exclude_newer({}, "x86_64") is None

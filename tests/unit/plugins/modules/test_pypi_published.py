@@ -50,8 +50,10 @@ def test_success_reports_published_and_changes_nothing(fake, capsys, check_mode)
     assert code == 0
     assert result["changed"] is False
     assert "failed" not in result
-    assert result["published"] == "2025-10-02T20:10:00Z"
-    assert result["exclude_newer"] == "2025-10-03T08:10:00Z"
+    assert result["published"] == "2025-10-02T20:00:00Z"  # the first upload
+    assert result["last_upload"] == "2025-10-02T20:10:00Z"
+    assert result["exclude_newer"] == "2025-10-03T08:00:00Z"
+    assert result["late_files"] == []
     assert result["source"] == "release_json"
     assert [(f["filename"], f["sha256"]) for f in result["files"]] == [
         ("vllm-0.11.0-cp38-abi3-manylinux1_x86_64.whl", "a" * 64), ("vllm-0.11.0.tar.gz", "b" * 64)]
@@ -64,7 +66,7 @@ def test_falls_back_when_release_json_is_404(fake, capsys):
     server.add(PROJECT, Reply(200, {"info": {}, "releases": {"0.11.0": FILES}}))
     code, result, _out = run_module(pypi_published.main, args(), capsys)
     assert code == 0
-    assert result["source"] == "project_json" and result["published"] == "2025-10-02T20:10:00Z"
+    assert result["source"] == "project_json" and result["published"] == "2025-10-02T20:00:00Z"
 
 
 def test_yanked_release_fails_by_default(fake, capsys):
@@ -120,7 +122,7 @@ def test_5xx_then_success(fake, capsys):
     server, sleeps = fake
     server.add(RELEASE, Reply(503), Reply(500), Reply(200, release()))
     code, result, _out = run_module(pypi_published.main, args(backoff=0.5), capsys)
-    assert code == 0 and result["published"] == "2025-10-02T20:10:00Z"
+    assert code == 0 and result["published"] == "2025-10-02T20:00:00Z"
     assert sleeps == [0.5, 1.0]
 
 
@@ -172,3 +174,38 @@ def test_redact_passwords_keeps_the_user_and_masks_a_token_user():
     assert secrets == {"pa%24ss", "pa$ss"}
     assert redact_passwords({"a": [text + " pa$ss"]}, secrets) == {"a": [
         "asked https://bob:****@m.example/simple and https://****@m.example/x, then http://m.example/ ****"]}
+
+
+# --- a file added to an old release (issue 30, finding 6) ------------------------------------
+# The cut-off is the first upload plus the margin: an aarch64 wheel uploaded nine months later
+# does not move it (it used to: the latest upload dated the release), and the task names it.
+LATE_ARM = pypi_file("vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", "2026-07-01T09:30:00Z", "c" * 64)
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_file_added_later_does_not_move_the_cut_off_and_is_named(fake, capsys, check_mode):
+    server, _sleeps = fake
+    server.add(RELEASE, Reply(200, release(files=FILES + [LATE_ARM])))
+    code, result, _out = run_module(pypi_published.main, args(_ansible_check_mode=check_mode), capsys)
+    assert code == 0 and result["changed"] is False
+    assert (result["published"], result["exclude_newer"]) == ("2025-10-02T20:00:00Z", "2025-10-03T20:00:00Z")
+    assert result["last_upload"] == "2026-07-01T09:30:00Z"
+    assert result["late_files"] == [{"filename": LATE_ARM["filename"], "upload_time": "2026-07-01T09:30:00Z",
+                                     "exclude_newer": "2026-07-02T09:30:00Z"}]
+    warnings = warnings_text(result)
+    assert len(warnings) == 1, warnings
+    for word in ("vllm 0.11.0", "1 of its 3 files", "after the cut-off 2025-10-03T20:00:00Z",
+                 "vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl (2026-07-01T09:30:00Z)",
+                 "--exclude-newer-package vllm="):
+        assert word in warnings[0], warnings[0]
+    # the file within the margin (the sdist, 10 minutes after the first) is not named
+    assert "tar.gz" not in warnings[0]
+
+
+def test_files_within_the_margin_give_no_warning_however_many(fake, capsys):
+    server, _sleeps = fake
+    within = pypi_file("vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", "2025-10-03T19:59:59Z", "c" * 64)
+    server.add(RELEASE, Reply(200, release(files=FILES + [within])))
+    code, result, _out = run_module(pypi_published.main, args(), capsys)
+    assert code == 0 and result["late_files"] == [] and warnings_text(result) == []
+    assert result["exclude_newer"] == "2025-10-03T20:00:00Z"

@@ -1,0 +1,75 @@
+"""engine_node_exclude_newer_package (plugins/filter/cutoff.py), and through it the lock item's
+``exclude_newer_package``: a release whose aarch64 wheel came after the cut-off (issue 30, finding 6)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+
+REPO = pathlib.Path(__file__).resolve().parents[4]
+
+cutoff = filter_plugin("cutoff")
+node_report = filter_plugin("node_report")
+AnsibleFilterError = filter_error()
+LIFT = cutoff.FilterModule().filters()["engine_node_exclude_newer_package"]
+LOCK_ITEM = node_report.FilterModule().filters()["engine_node_lock_item"]
+
+# as pypi_published answers for a release whose x86_64 wheel and sdist came on one day and its
+# aarch64 wheel, then a pure wheel, months later
+RELEASE = {
+    "published": "2026-06-10T12:00:00Z", "exclude_newer": "2026-06-11T12:00:00Z",
+    "late_files": [
+        {"filename": "vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl", "upload_time": "2026-09-01T12:00:00Z",
+         "exclude_newer": "2026-09-02T12:00:00Z"},
+        {"filename": "vllm-0.20.0.tar.gz", "upload_time": "2026-10-01T12:00:00Z", "exclude_newer": "2026-10-02T12:00:00Z"},
+    ],
+}
+PYPI = {"version": "0.20.0", "build": "cu13", "source": {"origin": "pypi"}}
+GITHUB = {"version": "0.20.0", "build": "cu129", "source": {"origin": "github", "torch_index": "cu129"}}
+
+
+def test_the_documentation_file():
+    doc = yaml.safe_load((REPO / "plugins" / "filter" / "engine_node_exclude_newer_package.yml").read_text())
+    assert doc["DOCUMENTATION"]["name"] == "engine_node_exclude_newer_package"
+    assert "llmfleet.engines.engine_node_exclude_newer_package" in doc["EXAMPLES"]
+
+
+def test_the_late_platform_gets_the_engines_own_cut_off_the_other_nothing():
+    assert LIFT(dict(PYPI, arch="aarch64"), RELEASE) == {"vllm": "2026-09-02T12:00:00Z"}
+    # the x86_64 wheel came first: its node resolves exactly as before the aarch64 wheel was added,
+    # and the sdist (nothing is built from source) lifts nothing
+    assert LIFT(dict(PYPI, arch="x86_64"), RELEASE) == {}
+    assert LIFT(dict(PYPI, arch="x86_64"), {"exclude_newer": "2026-06-11T12:00:00Z", "late_files": []}) == {}
+
+
+def test_a_late_pure_wheel_counts_for_every_architecture_and_the_latest_wins():
+    release = dict(RELEASE, late_files=RELEASE["late_files"] + [
+        {"filename": "vllm-0.20.0-py3-none-any.whl", "upload_time": "2026-11-01T00:00:00Z",
+         "exclude_newer": "2026-11-02T00:00:00Z"}])
+    for arch in ("x86_64", "aarch64"):
+        assert LIFT(dict(PYPI, arch=arch), release) == {"vllm": "2026-11-02T00:00:00Z"}
+
+
+def test_a_github_build_gets_the_torch_exceptions_only():
+    # the engine is a wheel URL there, which no cut-off filters
+    assert LIFT(dict(GITHUB, arch="aarch64"), RELEASE, {"torch": False}) == {"torch": False}
+    assert LIFT(dict(GITHUB, arch="aarch64"), RELEASE) == {}
+
+
+def test_bad_input_is_named():
+    with pytest.raises(AnsibleFilterError, match="release must be a dict"):
+        LIFT(dict(PYPI, arch="x86_64"), ["not", "a", "dict"])
+
+
+def test_the_lock_item_carries_the_engines_cut_off_for_its_architecture():
+    def item(arch):
+        return LOCK_ITEM(dict(PYPI, arch=arch), {"glibc": "2.36"}, RELEASE, {}, "3.12", "/srv/locks",
+                         "https://pypi/simple", "https://torch/whl", {"torch": False}, "")
+    arm, x86 = item("aarch64"), item("x86_64")
+    assert arm["exclude_newer"] == x86["exclude_newer"] == "2026-06-11T12:00:00Z"
+    assert arm["exclude_newer_package"] == {"vllm": "2026-09-02T12:00:00Z"}
+    assert x86["exclude_newer_package"] is None

@@ -237,6 +237,60 @@ def remove_tree(path):
     return True
 
 
+# What a removal renames a tree to before deleting it (``discard_tree``): a removal killed half way
+# leaves a name no one takes for an environment (hidden, never matched by the role's listing of
+# environments), and the next run in the directory finishes it (``dead_trash``).
+_TRASH = re.compile(r"^\.(?P<name>.+)\.trash-(?P<pid>[0-9]+)$")
+
+
+def trash_name(path, pid=None):
+    """``<parent>/.<name>.trash-<pid>``: where ``discard_tree`` moves ``path`` before deleting it."""
+    parent, name = os.path.split(os.path.abspath(path).rstrip(os.sep))
+    return os.path.join(parent, ".%s.trash-%d" % (name, os.getpid() if pid is None else pid))
+
+
+def is_trash(name):
+    return bool(_TRASH.match(name))
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def dead_trash(parent):
+    """The trash names in ``parent`` whose removal was killed: their pid (in the name) is not a
+    live process (a live one is still deleting it). Sorted."""
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = _TRASH.match(name)
+        if match and int(match.group("pid")) != os.getpid() and not _pid_alive(int(match.group("pid"))):
+            found.append(os.path.join(parent, name))
+    return found
+
+
+def discard_tree(path):
+    """Remove ``path`` the way a kill cannot leave half of it under its own name: renamed to
+    ``trash_name`` first (one atomic step, made durable), then deleted. True if something was
+    there."""
+    if not os.path.lexists(path):
+        return False
+    trash = trash_name(path)
+    os.rename(path, trash)
+    _fsync_dir(os.path.dirname(trash))
+    remove_tree(trash)
+    return True
+
+
 def _fsync_dir(directory):
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -372,6 +426,8 @@ def pending_debris(path):
     partial = path + ".partial"
     if os.path.lexists(partial) and (carries_our_mark(partial, path) or _empty_dir(partial)):
         actions.append(("remove", partial))
+    # a removal killed half way, of any environment beside it (``discard_tree``)
+    actions.extend(("remove", trash) for trash in dead_trash(os.path.dirname(os.path.abspath(path))))
     return actions
 
 

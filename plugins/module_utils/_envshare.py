@@ -38,7 +38,7 @@ import stat
 import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
-    BUILD_TOKEN_NAME, LOCK_FILE_NAME, MARKER_NAME, built_here)
+    BUILD_TOKEN_NAME, LOCK_FILE_NAME, MARKER_NAME, built_here, is_trash)
 
 # Written by the module itself, not installed by uv: never shared.
 OWN_FILES = frozenset((MARKER_NAME, BUILD_TOKEN_NAME, LOCK_FILE_NAME))
@@ -53,7 +53,8 @@ def sibling_environments(path):
     """The environments this module built beside ``path`` (same parent), sorted by name.
 
     Directories only, never a link to one; not ``path`` itself, and not ``<name>.partial`` or
-    ``<name>.old`` (a build in progress, a killed switch), whatever they hold.
+    ``<name>.old`` (a build in progress, a killed switch), nor a ``.<name>.trash-<pid>`` (a removal
+    under way or killed), whatever they hold.
     """
     path = os.path.abspath(path)
     parent = os.path.dirname(path)
@@ -64,7 +65,7 @@ def sibling_environments(path):
     found = []
     for name in names:
         full = os.path.join(parent, name)
-        if full == path or full == path + ".partial" or name.endswith((".partial", ".old")):
+        if full == path or full == path + ".partial" or name.endswith((".partial", ".old")) or is_trash(name):
             continue
         if built_here(full):
             found.append(full)

@@ -18,10 +18,11 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from datetime import datetime, timezone
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LockBusy
+from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LockBusy, OptionError
 from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import write_json_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import group_alive, proc_stat
 
@@ -65,8 +66,12 @@ def pid_alive(pid, start=None):
 def read_holder(lock_path):
     """The record in ``lock_path`` (a dict), or None when it holds none."""
     try:
-        with open(lock_path, encoding="utf-8") as handle:
-            text = handle.read(65536)
+        # not through a link, nor blocking on a FIFO put in its place
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            text = handle.read(65536).decode("utf-8", "replace")
     except OSError:
         return None
     try:
@@ -149,6 +154,40 @@ def busy_message(report, waited=None):
             % (lock_path, holder_text(report), orphan, wait))
 
 
+def open_lock_file(lock_path, create):
+    """Open the lock file ``lock_path`` (made 0644 when missing and ``create``) without following a
+    link at its name, and only when it is a plain file: whoever can write the directory above it
+    (the service user, on a node with an old layout) could otherwise plant a link there and have
+    root create or truncate a file anywhere (``/etc/nologin``), or a FIFO that blocks the run.
+    A link or anything but a plain file raises OptionError naming it; nothing is created there."""
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags |= (os.O_RDWR | os.O_CREAT) if create else os.O_RDONLY
+    try:
+        fd = os.open(lock_path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise OptionError("the lock file %s is a symbolic link (to %s): refusing to open it, a lock file is a "
+                          "plain file that this module makes; whoever could put a link there can write the "
+                          "directory %s: find who did, remove the link and close the directory to others"
+                          % (lock_path, _link_target(lock_path), os.path.dirname(lock_path)), lock_path=lock_path)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OptionError("the lock file %s is not a plain file (mode %o): refusing to lock it; remove it"
+                          % (lock_path, st.st_mode), lock_path=lock_path)
+    flag = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flag & ~os.O_NONBLOCK)
+    return fd
+
+
+def _link_target(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
 class PathLock:
     """An flock on ``<path>.lock``, waited for at most ``timeout`` seconds.
 
@@ -178,10 +217,7 @@ class PathLock:
         mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         while True:
             try:
-                if self.create:
-                    fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                else:
-                    fd = os.open(self.lock_path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = open_lock_file(self.lock_path, self.create)
             except FileNotFoundError:
                 if self.create:
                     raise
@@ -202,7 +238,8 @@ class PathLock:
                     self._sleep(delay)
                     delay = min(delay * 2, 1.0)
             try:
-                same = os.stat(self.lock_path).st_ino == os.fstat(fd).st_ino
+                # lstat: a link planted since the open is not the file locked
+                same = os.lstat(self.lock_path).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
                 same = False
             if same:

@@ -401,6 +401,17 @@ def venv_argv(uv, python, target):
     return [uv, "venv", "--relocatable", "--no-project", "--allow-existing", "--python", python, target]
 
 
+def python_find_argv(uv, request):
+    """``uv python find`` as uv venv looks (no project, no virtual environment; the preference and
+    the managed Pythons' directory come from ``uv_environ``): prints the interpreter's path."""
+    return [uv, "python", "find", "--no-project", "--system", request]
+
+
+def python_install_argv(uv, request):
+    """``uv python install`` into the managed Pythons' directory (``uv_environ``)."""
+    return [uv, "python", "install", request]
+
+
 def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, indexes=(), header=None):
     argv = [uv, "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--no-build",
             "--exclude-newer", exclude_newer]

@@ -39,11 +39,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import shutil
 import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
 from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
-    LOCK_FILE_NAME, MARKER_FORMAT, MARKER_NAME, available_gb, clear_debris, file_sha256,
+    LOCK_FILE_NAME, MARKER_FORMAT, MARKER_NAME, available_gb, clear_debris, discard_tree, file_sha256,
     inspect_env, marker_json, pending_debris, rebuild_reasons, refuse_foreign, remove_tree,
     switch_into_place, wanted_spec, write_json_atomic)
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
@@ -53,8 +55,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import 
     PathLock, Progress, busy_message, holder_text, utc_now)
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
-    param_secrets, parse_uv_version, redact, requirement_lines, resolve_command, strip_userinfo,
-    uv_environ, venv_argv, verify_argv)
+    param_secrets, parse_uv_version, python_find_argv, python_install_argv, redact, requirement_lines,
+    resolve_command, strip_userinfo, uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner, tail
 from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
     check_engine, check_expect, lock_text_problems, lock_versions, normalize_name, parse_lock, text_sha256,
@@ -371,6 +373,26 @@ class EngineEnv:
                 self._refuse_untrusted(option, place, what, problem, (
                     "Every directory on its path must belong to %s and be writable by no one else: %s "
                     "(the engine_node role makes its own directories so)" % (self._trusted_text(), problem.fix)))
+        if python and os.sep in python and os.path.lexists(python):
+            self.check_program("python", python, "the Python it makes the environment from")
+        if p.get("python_preference") != "only-system":
+            # uv runs the managed Pythons it finds there (to ask them what they are), and the
+            # environment is made from one: every file of theirs must be root's
+            problem = untrusted_content(self.python_install_dir, self.trusted)
+            if problem:
+                self._refuse_untrusted("python_install_dir", self.python_install_dir,
+                                       "the directory of the managed Pythons it runs", problem, (
+                                           "Remove that Python (%s; the next build downloads it again) "
+                                           "and find who wrote there" % problem.fix))
+        if python and os.sep not in python and p.get("python_preference") != "only-managed":
+            # a version request: uv looks on PATH and runs each candidate to ask its version
+            for candidate in path_pythons(os.environ.get("PATH", "")):
+                self.check_program("python", candidate, "a Python on PATH that uv runs to find one for %s "
+                                   "(python_preference %s)" % (python, p.get("python_preference")))
+        if p.get("verify_command"):
+            found = self.verify_program(p["verify_command"], None)
+            if found:
+                self.check_program("verify_command", found, "the program verify_command runs")
         problem = untrusted_content(self.cache_dir, self.trusted)
         if problem:
             self._refuse_untrusted("cache_dir", self.cache_dir, "uv's cache, which uv installs from "
@@ -378,6 +400,36 @@ class EngineEnv:
                                        "Remove the cache, it is only a cache (%s; the next build "
                                        "downloads again, checked by hash), and find who wrote there"
                                        % problem.fix))
+
+    def check_program(self, option, program, what):
+        """A program this run is about to run (uv, an interpreter, verify_command): the privilege
+        rule (``_trust.untrusted_component``, as gpu_probe applies it to nvidia-smi and python) on
+        the path it is run by and on its real path; refused, naming it and the culprit."""
+        seen = set()
+        for place in (program, os.path.realpath(program)):
+            if place in seen:
+                continue
+            seen.add(place)
+            problem = untrusted_component(place, self.trusted)
+            if problem:
+                self._refuse_untrusted(option, program, what, problem, (
+                    "It is not run. It must belong to %s, and every directory on its path (links "
+                    "followed) must be writable by no one else: %s" % (self._trusted_text(), problem.fix)))
+
+    def verify_program(self, argv, env_dir):
+        """The file verify_command's ``argv[0]`` runs: a path as given (relative: in ``env_dir``),
+        or a bare name from ``env_dir``'s bin/ (``resolve_command``) or else from PATH, as the
+        command's PATH (``_check_env``) has it. None when not found (before the build, a name the
+        environment will have)."""
+        program = resolve_command(argv, env_dir)[0] if env_dir else argv[0]
+        if os.sep in program:
+            if os.path.isabs(program):
+                return program
+            return os.path.join(env_dir, program) if env_dir else None
+        search = os.environ.get("PATH", "")
+        if env_dir:
+            search = os.path.join(env_dir, "bin") + os.pathsep + search
+        return shutil.which(program, path=search)
 
     def _trusted_text(self):
         names = [owner_name(uid) for uid in sorted(self.trusted)]
@@ -518,7 +570,8 @@ class EngineEnv:
                 # made here, marked as this module's before uv fills it (uv venv --allow-existing)
                 start_partial(self.partial, self.path)
                 made_partial = True
-                uv("venv", venv_argv(self.uv, p["python"], self.partial), VenvFailed,
+                python = self._find_python(run, env, uv, remaining)
+                uv("venv", venv_argv(self.uv, python, self.partial), VenvFailed,
                    "creating a Python %s environment in %s (python_preference %s)"
                    % (p["python"], self.partial, p["python_preference"]))
             if p.get("lock") is not None:
@@ -600,6 +653,30 @@ class EngineEnv:
                 cache_lock.release()
         return marker, entries
 
+    def _find_python(self, run, env, uv, remaining):
+        """The interpreter the environment is made from, resolved before uv venv runs it: a path as
+        given, or what ``uv python find`` answers for the request with the same preference (after
+        ``uv python install`` when no managed one is there yet and the preference allows one);
+        checked against the privilege line (path and real path), then given to uv venv as a path,
+        so that uv runs exactly the file that was checked."""
+        p = self.p
+        request = p["python"]
+        if os.sep not in request:
+            what = "finding a Python %s (python_preference %s)" % (request, p["python_preference"])
+            found = run(python_find_argv(self.uv, request), env=env, cwd=self.parent, timeout=remaining("venv"))
+            if (found.rc != 0 or not found.out.strip()) and p["python_preference"] != "only-system":
+                uv("venv", python_install_argv(self.uv, request), VenvFailed,
+                   "installing a managed Python %s into %s" % (request, self.python_install_dir))
+                found = run(python_find_argv(self.uv, request), env=env, cwd=self.parent, timeout=remaining("venv"))
+            lines = found.out.strip().splitlines()
+            if found.timed_out or found.rc != 0 or not lines or not os.path.isabs(lines[-1].strip()):
+                raise VenvFailed("%s failed (uv exit %s): %s. The environment at %s is unchanged."
+                                 % (what, found.rc, redact(tail(found.output), self.secrets) or "no output", self.path),
+                                 uv_output=redact(tail(found.output), self.secrets))
+            request = lines[-1].strip()
+        self.check_program("python", request, "the Python interpreter uv venv runs to make the environment")
+        return request
+
     def _drop_cache(self, cache_lock):
         """Delete what uv put in its cache, unless another install is using it (its shared lock).
 
@@ -633,27 +710,35 @@ class EngineEnv:
                 "step %s. The uv cache is kept, so a re-run goes on from what was downloaded; "
                 "raise timeout on a slow network." % (self._label(), self.path, self.p["timeout"], step))
 
-    def _check_env(self):
-        env = {"VIRTUAL_ENV": self.partial,
-               "PATH": os.path.join(self.partial, "bin") + os.pathsep + os.environ.get("PATH", "")}
+    def _check_env(self, env_dir=None):
+        env_dir = env_dir or self.partial
+        env = {"VIRTUAL_ENV": env_dir,
+               "PATH": os.path.join(env_dir, "bin") + os.pathsep + os.environ.get("PATH", "")}
         env.update({k: str(v) for k, v in (self.p.get("env") or {}).items()})
         return env
 
-    def _verify(self, run, python_bin, budget):
+    def _verify(self, run, python_bin, budget, env_dir=None):
+        """The engine imported (or verify_command run) in ``env_dir`` (the partial environment by
+        default), with its own python. VerifyFailed says why not."""
         p = self.p
+        env_dir = env_dir or self.partial
         if p.get("verify_command"):
-            argv = resolve_command(p["verify_command"], self.partial)
-            res = run(argv, env=self._check_env(), cwd=self.partial, timeout=budget)
+            argv = resolve_command(p["verify_command"], env_dir)
+            found = self.verify_program(p["verify_command"], env_dir)
+            if found:
+                self.check_program("verify_command", found, "the program verify_command runs")
+                argv[0] = found  # the very file checked, not a new look on PATH
+            res = run(argv, env=self._check_env(env_dir), cwd=env_dir, timeout=budget)
             if res.timed_out or res.rc != 0:
                 raise VerifyFailed(
                     "%s is installed in %s but verify_command %s %s: %s. The environment at %s "
-                    "is unchanged." % (self._label(), self.partial, " ".join(p["verify_command"]),
+                    "is unchanged." % (self._label(), env_dir, " ".join(p["verify_command"]),
                                        "timed out" if res.timed_out else "exited %s" % res.rc,
                                        tail(res.output) or "no output", self.path),
                     verify_output=tail(res.output))
             return {"command": list(p["verify_command"]), "rc": res.rc, "output": tail(res.out, 3)}
         import_name = p.get("import_name") or p["engine"].replace("-", "_")
-        res = run(verify_argv(python_bin, import_name), env=self._check_env(), cwd=self.partial,
+        res = run(verify_argv(python_bin, import_name), env=self._check_env(env_dir), cwd=env_dir,
                   timeout=budget)
         info = None
         if res.rc == 0 and not res.timed_out:
@@ -666,7 +751,7 @@ class EngineEnv:
         if not isinstance(info, dict):
             raise VerifyFailed(
                 "%s is installed in %s but 'import %s' fails there: %s. The environment at %s is "
-                "unchanged." % (self._label(), self.partial, import_name,
+                "unchanged." % (self._label(), env_dir, import_name,
                                 tail(res.output) or "no output", self.path),
                 verify_output=tail(res.output))
         got = info.get("version")
@@ -675,11 +760,53 @@ class EngineEnv:
                 "%s.__version__ in the new environment is %r, not %s; the environment at %s is "
                 "unchanged." % (import_name, got, p["version"], self.path))
         where = os.path.realpath(info["file"]) if info.get("file") else None
-        if where and not where.startswith(os.path.realpath(self.partial) + os.sep):
+        if where and not where.startswith(os.path.realpath(env_dir) + os.sep):
             raise VerifyFailed(
                 "'import %s' in the new environment loads %s, which is outside it: something on "
                 "the interpreter's path shadows the installed engine." % (import_name, where))
         return {"import": import_name, "version": got}
+
+    # -- state=verified ----------------------------------------------------------------------
+
+    def verified(self):
+        """An environment already on disk, before the role switches to it (nothing is changed): its
+        marker is for this engine, version (and build, when given), ``bin/python`` is there and
+        passes the privilege line (a failure: OptionError), the lock file is there with the
+        marker's sha256, and the engine imports at that version from inside it, run by its own
+        python as the build's verification runs it. ``ok`` false and ``reason`` say why not."""
+        refuse_foreign(self.path, "verify")
+        result = {"changed": False, "path": self.path, "ok": False, "reason": None, "marker": None,
+                  "lock_sha256": None, "steps": self.steps, "gpu": None}
+        lock = self._lock(shared=True, create=False, about="uv_engine_env state=verified")
+        lock.acquire()
+        try:
+            state = inspect_env(self.path)
+            result["marker"] = state["marker"]
+            spec = (state["marker"] or {}).get("spec") or {}
+            python_bin = os.path.join(self.path, "bin", "python")
+            if state["intact"] or os.path.lexists(python_bin):
+                self.check_program("path", python_bin, "the interpreter of the environment it verifies")
+            wanted = {"engine": self.p["engine"], "version": self.p["version"]}
+            if self.p.get("build"):
+                wanted["build"] = self.p["build"]
+            differs = ["%s is %r, not %r" % (key, spec.get(key), value)
+                       for key, value in sorted(wanted.items()) if spec.get(key) != value]
+            if not state["intact"]:
+                result["reason"] = state["reason"]
+            elif differs:
+                result["reason"] = "its marker is not for %s: %s" % (self._label(), "; ".join(differs))
+            else:
+                result["lock_sha256"] = state["lock_sha256"]
+                try:
+                    result["verified"] = self._verify(self.run, python_bin, min(self.p["timeout"], 600), self.path)
+                    result["ok"] = True
+                except VerifyFailed as exc:
+                    result["reason"] = exc.msg
+        finally:
+            lock.release()
+        result["msg"] = ("%s at %s is intact and imports" % (self._label(), self.path) if result["ok"] else
+                         "%s at %s cannot be switched to: %s" % (self._label(), self.path, result["reason"]))
+        return result
 
     # -- state=absent ------------------------------------------------------------------------
 
@@ -706,7 +833,9 @@ class EngineEnv:
             present = self._absent_targets()
             for target in present:
                 try:
-                    remove_tree(target)
+                    # renamed away first: a removal killed half way leaves no half tree under an
+                    # environment's name (and the next run finishes it)
+                    discard_tree(target)
                 except OSError as exc:
                     raise CleanupFailed("removing %s failed (%s)" % (target, exc), removed=present[:present.index(target)])
             try:
@@ -723,6 +852,24 @@ class EngineEnv:
         """The environment and this module's own leftovers beside it (``pending_debris``)."""
         targets = [self.path] if os.path.lexists(self.path) else []
         return targets + [target for _action, target in pending_debris(self.path)]
+
+
+_PATH_PYTHON = re.compile(r"^python(?:3(?:\.[0-9]+)?)?$")
+
+
+def path_pythons(search):
+    """The Pythons on ``search`` (a PATH) that uv may run to answer a version request: every
+    ``python``, ``python3`` and ``python3.N`` of each directory on it."""
+    found = []
+    for directory in search.split(os.pathsep):
+        if not directory or not os.path.isabs(directory):
+            continue
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        found.extend(os.path.join(directory, name) for name in names if _PATH_PYTHON.match(name))
+    return found
 
 
 class _Step:

@@ -62,8 +62,17 @@ options:
   state:
     description:
       - V(present) builds the environment unless it is up to date; V(absent) removes it and any partial one.
+      - V(verified) changes nothing. It checks an environment already on disk before it is switched to. The marker
+        must name O(engine), O(version) (and O(build) when given); C(bin/python) is there and passes the privilege line
+        (see the notes); the lock file is there with the marker's sha256; and the engine imports at O(version) from
+        inside the environment, run by the environment's own python as a build's verification runs it (or
+        O(verify_command) passes). RV(ok) and RV(reason) give the outcome, and the task does not fail for a broken
+        environment. It does fail when C(bin/python) is not beyond other users' reach.
+      - V(absent) renames each tree to C(.<name>.trash-<pid>) beside it first, then deletes it. A removal killed
+        half way leaves no half environment under its own name. The next run of the module in that directory
+        (any O(state)) deletes trash whose process is gone.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, verified]
     default: present
   engine:
     description:
@@ -168,6 +177,13 @@ options:
       - The Python for the environment, a version request (V(3.12)) or an interpreter path.
       - An interpreter path must be beyond the reach of other users, like O(uv) (see the notes on who may own what
         the module uses).
+      - A version request is resolved before uv venv runs, with C(uv python find) and the same preference (after
+        C(uv python install) when no managed interpreter is there yet and the preference allows one). The
+        interpreter found must be beyond the reach of other users (its path and its real path), and uv venv is
+        given that file. Unless O(python_preference) is V(only-managed), every C(python), C(python3) and
+        C(python3.N) on E(PATH) must be beyond their reach too, since C(uv python find) runs those to ask their
+        version. Otherwise the task fails naming the file and what is wrong with it, and the interpreter is not
+        run.
     type: str
     default: "3.12"
   python_preference:
@@ -180,7 +196,9 @@ options:
   python_install_dir:
     description:
       - Where uv keeps managed interpreters (C(UV_PYTHON_INSTALL_DIR)). Default C(<parent of path>/.uv-python).
-      - Unless O(python_preference) is V(only-system), it must be beyond the reach of other users, like O(uv).
+      - Unless O(python_preference) is V(only-system), it must be beyond the reach of other users, like O(uv), and
+        so must every file in it (uv runs the interpreters it finds there). One owned by another user, or writable
+        by group or others, fails the task before anything runs, naming the file.
     type: path
   python_install_mirror:
     description:
@@ -202,7 +220,10 @@ options:
   verify_command:
     description:
       - Instead of importing the engine, run this argv in the new environment; it must exit 0.
-      - A bare program name found in the environment's C(bin/) is taken from there.
+      - A bare program name found in the environment's C(bin/) is taken from there, or else from E(PATH); the file
+        found is run by its path.
+      - The program must be beyond the reach of other users, like O(uv) (its path and its real path). That is
+        checked before anything runs when it can be found then, and again just before it runs.
     type: list
     elements: str
   env:
@@ -304,6 +325,12 @@ notes:
     A name still missing there is refused, because anyone could take it first. Otherwise the task fails with
     O(state=present), in check mode too, before anything runs or is written. O(state=absent) only removes, and is not
     checked.
+  - The programs the module runs as root are checked the same way, path and real path. They are O(uv), the interpreter
+    that uv venv is given (see O(python)), the Pythons that C(uv python find) may run, the files of
+    O(python_install_dir), and O(verify_command)'s program. The lock files C(<path>.lock) and
+    C(<cache_dir>.lock) are opened without following a link, and only when they are plain files. A link planted
+    at either name fails the task, naming the link and its target, and the target is neither created nor
+    truncated.
   - The marker's spec holds O(engine), O(version), O(build), O(requirements), O(wheel), the indexes,
     O(index_strategy), O(exclude_newer), O(exclude_newer_package), O(python), O(python_preference) and uv's
     version; a change to any of them builds the environment again. URLs are recorded without their credentials.
@@ -465,6 +492,14 @@ cmd:
   returned: when a uv command failed
   type: list
   elements: str
+ok:
+  description: With O(state=verified), whether the environment on disk can be switched to.
+  returned: state is verified
+  type: bool
+reason:
+  description: With O(state=verified), why the environment cannot be switched to; null when it can.
+  returned: state is verified
+  type: str
 holder:
   description:
     - Who holds C(<path>.lock), as its record and the progress file tell.
@@ -515,7 +550,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import Eng
 def argument_spec():
     return dict(
         path=dict(type="path", required=True),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
+        state=dict(type="str", choices=["present", "absent", "verified"], default="present"),
         engine=dict(type="str"),
         version=dict(type="str"),
         build=dict(type="str"),
@@ -553,7 +588,7 @@ def argument_spec():
 def main():
     module = AnsibleModule(
         argument_spec=argument_spec(),
-        required_if=[("state", "present", ("engine", "version"))],
+        required_if=[("state", "present", ("engine", "version")), ("state", "verified", ("engine", "version"))],
         supports_check_mode=True,
     )
     params = module.params
@@ -579,6 +614,8 @@ def main():
     try:
         if params["state"] == "present":
             result = flow.present(diff=module._diff)
+        elif params["state"] == "verified":
+            result = flow.verified()
         else:
             result = flow.absent(diff=module._diff)
     except OSError as exc:

@@ -26,6 +26,7 @@ import html
 import io
 import json
 import pathlib
+import re
 import ssl
 import threading
 import time
@@ -39,7 +40,10 @@ from tests.upstream.builder import normalize, tamper
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
 TORCH_INDEXES = ("cu129", "cu130")
-FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest", "redirect")
+FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest", "redirect",
+               "late_upload")
+# a late_upload's time: as the catalogue writes them
+_UPLOAD_TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 # The defaults are those of the real services (FACTS.md): the PyPI these machines reach answers
 # 404 for the release JSON, and PyTorch's index dates only part of its files.
@@ -231,9 +235,11 @@ class State:
         if kind not in FAULT_KINDS:
             raise ControlError("unknown fault kind %r; known: %s" % (kind, ", ".join(FAULT_KINDS)))
         rule = dict(rule)
-        if kind in ("tamper", "wrong_digest"):
+        if kind in ("tamper", "wrong_digest", "late_upload"):
             if not isinstance(rule.get("filename"), str) or not rule["filename"]:
                 raise ControlError("fault %s needs a filename" % kind)
+            if kind == "late_upload" and not _UPLOAD_TIME_RE.match(str(rule.get("upload_time") or "")):
+                raise ControlError("fault late_upload needs an upload_time such as 2026-09-01T12:00:00Z")
             if "repo" in rule and not isinstance(rule["repo"], str):
                 raise ControlError("fault %s: repo must be a hub repo name (org/name)" % kind)
         else:
@@ -286,7 +292,7 @@ class State:
         taken = []
         with self.lock:
             for rule in self.faults:
-                if rule["kind"] in ("tamper", "wrong_digest") or rule["count"] <= 0:
+                if rule["kind"] in ("tamper", "wrong_digest", "late_upload") or rule["count"] <= 0:
                     continue
                 if not path.startswith(rule["path"]):
                     continue
@@ -398,6 +404,12 @@ class Upstream:
             data = tamper(data)
         return data
 
+    def upload_time(self, record: dict) -> str | None:
+        """When the index says the file was uploaded: the catalogue's time, or a late_upload fault's
+        (the file was added to its release then, as an aarch64 wheel months after the x86_64 one)."""
+        late = [r["upload_time"] for r in self.state.rules("late_upload") if r["filename"] == record["filename"]]
+        return late[-1] if late else record["upload_time"]
+
     def file_url(self, record: dict) -> str:
         quoted = urllib.parse.quote(record["filename"])
         if record["store"] == "pypi":
@@ -507,8 +519,8 @@ class Upstream:
             "python_version": _python_version(record["filename"]),
             "requires_python": record["requires_python"],
             "size": record["size"],
-            "upload_time": record["upload_time"][:-1] if record["upload_time"] else None,
-            "upload_time_iso_8601": _iso(record["upload_time"]),
+            "upload_time": self.upload_time(record)[:-1] if record["upload_time"] else None,
+            "upload_time_iso_8601": _iso(self.upload_time(record)) if record["upload_time"] else None,
             "digests": {
                 "sha256": self.sha256(record),
                 "md5": record["md5"],
@@ -603,7 +615,7 @@ class Upstream:
                 item["core-metadata"] = meta
                 item["data-dist-info-metadata"] = meta
                 if _dated(record, upload_times):
-                    item["upload-time"] = _iso(record["upload_time"])
+                    item["upload-time"] = _iso(self.upload_time(record))
                 out.append(item)
             return _json(
                 {

@@ -495,6 +495,23 @@ def test_fault_wrong_digest(upstream, upstream_packages):
     assert lines[arm] == sha256(on_disk(upstream_packages, folder, arm))
 
 
+def test_fault_late_upload_dates_a_file_later_everywhere_the_index_dates_it(upstream):
+    arm = "vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    assert post_json(upstream, "/_control/fault", {"kind": "late_upload", "filename": arm})[0] == 400
+    assert post_json(upstream, "/_control/fault", {"kind": "late_upload", "filename": arm,
+                                                   "upload_time": "next month"})[0] == 400
+    upstream.fault("late_upload", filename=arm, upload_time="2026-09-01T12:00:00Z")
+    upstream.switch(release_json_404=False)
+    for path in ("/pypi/vllm/0.20.0/json", "/pypi/vllm/json"):
+        data = get_json(upstream, path)[1]
+        files = data["urls"] if "0.20.0" in path else data["releases"]["0.20.0"]
+        times = {f["filename"]: (f["upload_time"], f["upload_time_iso_8601"]) for f in files}
+        assert times[arm] == ("2026-09-01T12:00:00", "2026-09-01T12:00:00.000000Z"), path
+        assert times[arm.replace("aarch64", "x86_64")] == ("2026-06-10T12:00:00", "2026-06-10T12:00:00.000000Z")
+    simple = get_json(upstream, "/simple/vllm/", {"Accept": SIMPLE_JSON})[1]
+    assert next(f for f in simple["files"] if f["filename"] == arm)["upload-time"] == "2026-09-01T12:00:00.000000Z"
+
+
 def test_fault_control_over_http_and_errors(upstream):
     status, doc = post_json(upstream, "/_control/fault", {"kind": "status", "status": 418, "count": 1})
     assert status == 200 and doc["fault"]["kind"] == "status"

@@ -173,3 +173,28 @@ def test_a_reused_pid_is_not_the_holder(tmp_path):
     with open(lock_path, "w") as handle:
         json.dump({"pid": os.getpid(), "pid_start": _pathlock.process_start(os.getpid())}, handle)
     assert _pathlock.holder_report(lock_path)["alive"] is True
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_planted_link_is_not_followed(tmp_path, create):
+    """A link at the lock's name to a file outside: not created, not truncated, not locked."""
+    outside = tmp_path / "outside" / "nologin"
+    outside.parent.mkdir()
+    lock = tmp_path / "uv.lock"
+    lock.symlink_to(outside)
+    with pytest.raises(_errors.OptionError, match="is a symbolic link"):
+        _pathlock.PathLock(str(lock), 1, create=create).acquire()
+    assert not os.path.lexists(str(outside))
+    outside.write_text("keep\n")
+    with pytest.raises(_errors.OptionError, match="is a symbolic link"):
+        _pathlock.PathLock(str(lock), 1, create=create).acquire()
+    assert outside.read_text() == "keep\n"
+    assert _pathlock.read_holder(str(lock)) is None
+
+
+def test_a_fifo_at_the_lock_is_refused_without_blocking(tmp_path):
+    lock = tmp_path / "uv.lock"
+    os.mkfifo(str(lock))
+    with pytest.raises(_errors.OptionError, match="not a plain file"):
+        _pathlock.PathLock(str(lock), 1).acquire()
+    assert _pathlock.read_holder(str(lock)) is None

@@ -488,7 +488,10 @@ def test_build_runs_every_step_and_writes_the_marker(tmp_path, uv_bin):
     env = flow(tmp_path, uv_bin, fake)
     result = env.present()
     assert result["changed"] is True
-    assert fake.kinds() == ["version", "venv", "compile", "install", "verify"]
+    assert fake.kinds() == ["version", "find", "venv", "compile", "install", "verify"]
+    # the request is resolved first and uv venv gets the very file that was checked
+    assert fake.call("find")[1][-1] == env.p["python"]
+    assert fake.call("venv")[1][-2] == fake.python_found
     assert [s["name"] for s in result["steps"]] == [
         "check", "prepare", "venv", "resolve", "install", "share", "verify", "gpu", "marker", "switch"]
     assert result["lock"]["packages"] == {"llmfleet-fakedep": "1.1.0", "torch": "2.8.0", "vllm": "0.11.0"}

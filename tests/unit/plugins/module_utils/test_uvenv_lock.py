@@ -31,7 +31,7 @@ def test_a_given_lock_is_installed_without_resolving(tmp_path, uv_bin):  # noqa:
     fake = FakeUv(lock="the compile step must not run\n")
     result = given(tmp_path, uv_bin, fake).present()
     assert result["changed"] is True
-    assert fake.kinds() == ["version", "venv", "install", "verify"]
+    assert fake.kinds() == ["version", "find", "venv", "install", "verify"]
     assert "compile" not in fake.kinds()
     assert [s["name"] for s in result["steps"]] == [
         "check", "prepare", "venv", "lock", "install", "share", "verify", "gpu", "marker", "switch"]

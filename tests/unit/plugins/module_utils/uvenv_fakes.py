@@ -63,6 +63,10 @@ def kind_of(argv):
         return "version"
     if len(argv) > 1 and argv[1] == "venv":
         return "venv"
+    if argv[1:3] == ["python", "find"]:
+        return "find"
+    if argv[1:3] == ["python", "install"]:
+        return "pyinstall"
     if argv[1:3] == ["pip", "compile"]:
         return "compile"
     if argv[1:3] == ["pip", "install"]:
@@ -76,7 +80,7 @@ class FakeUv:
     """Call it like a runner: ``fake(argv, data=None, env=None, cwd=None, timeout=None)``."""
 
     def __init__(self, lock=LOCK_0110, version="0.11.0", uv_version="uv 0.13.8 (x86_64-unknown-linux-gnu)",
-                 fail=None, timeout_in=None, on=None):
+                 fail=None, timeout_in=None, on=None, python_found=None):
         self.lock = lock
         self.version = version
         self.uv_version = uv_version
@@ -84,6 +88,8 @@ class FakeUv:
         self.timeout_in = timeout_in          # kind that runs past its time limit
         self.on = dict(on or {})              # kind -> callable(argv) run before answering
         self.calls = []                       # (kind, argv, data, env, timeout)
+        # what `uv python find` answers (this test process's interpreter by default)
+        self.python_found = python_found or sys.executable
 
     def kinds(self):
         return [c[0] for c in self.calls]
@@ -103,6 +109,8 @@ class FakeUv:
             return _proc.CommandResult(*self.fail[kind])
         if kind == "version":
             return _proc.CommandResult(0, self.uv_version + "\n", "")
+        if kind == "find":
+            return _proc.CommandResult(0, self.python_found + "\n", "")
         if kind == "venv":
             target = argv[-1]
             os.makedirs(os.path.join(target, "bin"))

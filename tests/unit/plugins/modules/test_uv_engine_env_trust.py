@@ -187,3 +187,140 @@ def test_absent_is_not_refused(fake, base, capsys):
     os.chmod(engines, 0o777)
     code, result = run_module({"path": base["path"], "state": "absent"}, capsys)
     assert code == 0 and result["changed"] is False
+
+
+# -- the programs root runs (issue 30, item 3): not only the paths, what is run ----------------------
+
+
+def assert_not_run(code, result, option, program, component, *words):
+    assert code == 1 and result["failed"] is True, result.get("msg")
+    msg = result["msg"]
+    assert msg.startswith("%s %s cannot be trusted: " % (option, program)), msg
+    assert "%s (owner " % component in msg and "It is not run." in msg, msg
+    for word in words:
+        assert word in msg, msg
+    assert result["untrusted"]["component"] == component
+
+
+@as_root
+def test_a_managed_interpreter_another_user_owns_is_not_run(fake, base, capsys, tmp_path):
+    """<root>/python is root's and closed, but an interpreter inside it is nobody's: uv would run it
+    (python find, venv) as root. Refused before uv runs at all."""
+    pythons = tmp_path / "root" / "python"
+    bindir = pythons / "cpython-3.11.13-linux-x86_64-gnu" / "bin"
+    bindir.mkdir(parents=True)
+    interpreter = bindir / "python3.11"
+    interpreter.write_text("#!/bin/sh\ntouch %s\n" % (tmp_path / "ran"))
+    interpreter.chmod(0o755)
+    os.chown(interpreter, NOBODY, NOBODY)
+    params = dict(base, python_preference="only-managed", python_install_dir=str(pythons))
+    code, result = run_module(params, capsys)
+    assert_refused(code, result, base, fake, "python_install_dir", str(pythons), str(interpreter),
+                   "the directory of the managed Pythons it runs", "is owned by nobody")
+    # root's again: built, from the interpreter uv found
+    os.chown(interpreter, 0, 0)
+    code, result = run_module(params, capsys)
+    assert code == 0 and result["changed"] is True, result.get("msg")
+
+
+@as_root
+def test_a_python_on_path_another_user_owns_is_not_run(fake, base, capsys, tmp_path, monkeypatch):
+    """A version request (3.11) with a system preference: uv runs the Pythons on root's PATH to
+    find one. One of them is nobody's: refused before anything runs."""
+    bindir = tmp_path / "pathbin"
+    bindir.mkdir()
+    planted = bindir / "python3.11"
+    planted.write_text("#!/bin/sh\nexit 0\n")
+    planted.chmod(0o755)
+    os.chown(planted, NOBODY, NOBODY)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    code, result = run_module(base, capsys)
+    assert_refused(code, result, base, fake, "python", str(planted), str(planted),
+                   "a Python on PATH that uv runs to find one for 3.11", "is owned by nobody")
+    os.chown(planted, 0, 0)
+    code, result = run_module(base, capsys)
+    assert code == 0 and result["changed"] is True, result.get("msg")
+
+
+def test_the_interpreter_uv_finds_is_checked_before_uv_venv_runs_it(fake, base, capsys, tmp_path):
+    """What `uv python find` answers (a link in a closed directory to a file in a 0777 one) is
+    checked, path and real path, before uv venv is given it: venv never runs."""
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    (open_dir / "python3.11").symlink_to("/bin/sh")
+    (tmp_path / "bin").mkdir()
+    found = tmp_path / "bin" / "python3.11"
+    found.symlink_to(open_dir / "python3.11")
+    fake.python_found = str(found)
+    code, result = run_module(base, capsys)
+    assert_not_run(code, result, "python", str(found), str(open_dir),
+                   "the Python interpreter uv venv runs", "is writable by others")
+    assert fake.kinds() == ["version", "find"]
+    assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")
+
+
+def test_a_verify_command_in_an_open_directory_is_not_run(fake, base, capsys, tmp_path):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    check = open_dir / "check-engine"
+    check.write_text("#!/bin/sh\nexit 0\n")
+    check.chmod(0o755)
+    code, result = run_module(dict(base, verify_command=[str(check), "--quick"]), capsys)
+    assert_refused(code, result, base, fake, "verify_command", str(check), str(open_dir),
+                   "the program verify_command runs", "is writable by others")
+
+
+@as_root
+def test_a_verify_command_found_on_path_is_checked(fake, base, capsys, tmp_path, monkeypatch):
+    """A bare name is resolved through PATH as the command would be (the environment's bin/ first):
+    nobody's file there is refused, before anything runs."""
+    bindir = tmp_path / "pathbin"
+    bindir.mkdir()
+    check = bindir / "check-engine"
+    check.write_text("#!/bin/sh\nexit 0\n")
+    check.chmod(0o755)
+    os.chown(check, NOBODY, NOBODY)
+    monkeypatch.setenv("PATH", "%s:%s" % (bindir, os.environ["PATH"]))
+    code, result = run_module(dict(base, verify_command=["check-engine"]), capsys)
+    assert_refused(code, result, base, fake, "verify_command", str(check), str(check), "is owned by nobody")
+    os.chown(check, 0, 0)
+    code, result = run_module(dict(base, verify_command=["check-engine"]), capsys)
+    assert code == 0 and result["changed"] is True, result.get("msg")
+    assert fake.calls[-1][1][0] == str(check)
+
+
+def test_a_link_planted_at_the_uv_cache_lock_is_refused(fake, base, capsys, tmp_path):
+    """<root>/cache/uv.lock as a link to a file elsewhere: root would create (or lock) that file.
+    The lock is opened without following it; the run fails naming it, the target is not made."""
+    os.makedirs(os.path.dirname(base["cache_dir"]))
+    outside = tmp_path / "etc" / "nologin"
+    outside.parent.mkdir()
+    lock = base["cache_dir"] + ".lock"
+    os.symlink(str(outside), lock)
+    code, result = run_module(base, capsys)
+    assert code == 1 and "the lock file %s is a symbolic link (to %s)" % (lock, outside) in result["msg"], result
+    assert not os.path.lexists(outside)
+    assert "venv" not in fake.kinds() and not os.path.exists(base["path"])
+    # an existing file behind the link is not truncated either
+    outside.write_text("keep\n")
+    code, result = run_module(base, capsys)
+    assert code == 1 and outside.read_text() == "keep\n"
+
+
+def test_a_verify_command_known_only_once_built_is_checked_before_it_runs(fake, base, capsys, tmp_path):
+    """A path relative to the new environment (its working directory) can only be judged once it is
+    built: checked just before it would run, refused, and nothing is switched in."""
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    check = open_dir / "check-engine"
+    check.write_text("#!/bin/sh\nexit 0\n")
+    check.chmod(0o755)
+    relative = os.path.relpath(str(check), base["path"] + ".partial")
+    code, result = run_module(dict(base, verify_command=[relative]), capsys)
+    program = os.path.join(base["path"] + ".partial", relative)
+    assert_not_run(code, result, "verify_command", program, str(open_dir), "the program verify_command runs")
+    assert fake.kinds() == ["version", "find", "venv", "compile", "install"]
+    assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")

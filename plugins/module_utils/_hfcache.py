@@ -835,15 +835,33 @@ class Snapshot(object):
         """What pruning removes, read only: ``snapshots`` (commits, beyond the ``keep`` newest by
         mtime, the lock's commit counting as one; ``in_use`` are kept on top), ``blobs`` (names no
         kept snapshot links to and the lock does not use), ``partials`` (.incomplete files of such
-        blobs), ``refs`` (names pointing at removed commits) and ``unknown`` (entries left alone)."""
-        plan = {"snapshots": [], "blobs": [], "partials": [], "refs": [], "unknown": []}
-        if not os.path.isdir(self.snapshots_dir) or os.path.islink(self.repo_dir):
-            return plan
+        blobs: a download this lock no longer needs, left by a run that failed), ``refs`` (names
+        pointing at a commit that is not kept) and ``unknown`` (entries left alone)."""
         keep_set = set([self.commit]) | set(in_use or ())
-        others = []
-        kept = []
-        for name in sorted(os.listdir(self.snapshots_dir)):
-            path = os.path.join(self.snapshots_dir, name)
+        return repo_prune_plan(self.repo_dir, keep_set, max(0, keep - 1),
+                               set(blob_name(entry) for entry in self.files))
+
+    def prune(self, plan):
+        """Remove what ``plan`` names (``repo_prune``)."""
+        repo_prune(self.repo_dir, plan)
+
+
+def repo_prune_plan(repo_dir, keep_set, room, used):
+    """The prune plan of the repo directory ``repo_dir`` (see ``Snapshot.prune_plan``): the snapshots
+    in ``keep_set`` stay, and the ``room`` newest others; blobs in ``used`` (the lock's) stay, and
+    those linked by a kept snapshot; everything else of the cache's layout goes, .incomplete files
+    included, whether or not a snapshot goes (a failed download of another revision does not stay)."""
+    plan = {"snapshots": [], "blobs": [], "partials": [], "refs": [], "unknown": [], "kept": []}
+    if os.path.islink(repo_dir) or not os.path.isdir(repo_dir):
+        return plan
+    snapshots_dir = os.path.join(repo_dir, "snapshots")
+    blobs_dir = os.path.join(repo_dir, "blobs")
+    refs_dir = os.path.join(repo_dir, "refs")
+    others = []
+    kept = []
+    if os.path.isdir(snapshots_dir) and not os.path.islink(snapshots_dir):
+        for name in sorted(os.listdir(snapshots_dir)):
+            path = os.path.join(snapshots_dir, name)
             st = _lstat(path)
             if st is None:
                 continue
@@ -854,87 +872,126 @@ class Snapshot(object):
                 kept.append(name)
             else:
                 others.append((st.st_mtime, name))
-        others.sort(reverse=True)
-        room = max(0, keep - 1)
-        kept.extend(name for _mtime, name in others[:room])
-        plan["snapshots"] = sorted(name for _mtime, name in others[room:])
-        if not plan["snapshots"]:
-            return plan  # nothing goes: every blob stays as it is
-        used = set(blob_name(entry) for entry in self.files)
-        for name in kept:
-            used |= self._linked_blobs(os.path.join(self.snapshots_dir, name))
-        if os.path.isdir(self.blobs_dir) and not os.path.islink(self.blobs_dir):
-            for name in sorted(os.listdir(self.blobs_dir)):
-                path = os.path.join(self.blobs_dir, name)
-                st = _lstat(path)
-                base = name[:-len(".incomplete")] if name.endswith(".incomplete") else name
-                if st is None:
-                    continue
-                if not (_HEX40.match(base) or _HEX64.match(base)) or not (
-                        stat.S_ISREG(st.st_mode) or (stat.S_ISLNK(st.st_mode) and base == name)):
+    others.sort(reverse=True)
+    kept.extend(name for _mtime, name in others[:room])
+    plan["snapshots"] = sorted(name for _mtime, name in others[room:])
+    plan["kept"] = sorted(kept)
+    used = set(used)
+    for name in kept:
+        used |= _linked_blobs(blobs_dir, os.path.join(snapshots_dir, name))
+    if os.path.isdir(blobs_dir) and not os.path.islink(blobs_dir):
+        for name in sorted(os.listdir(blobs_dir)):
+            path = os.path.join(blobs_dir, name)
+            st = _lstat(path)
+            base = name[:-len(".incomplete")] if name.endswith(".incomplete") else name
+            if st is None:
+                continue
+            if not (_HEX40.match(base) or _HEX64.match(base)) or not (
+                    stat.S_ISREG(st.st_mode) or (stat.S_ISLNK(st.st_mode) and base == name)):
+                plan["unknown"].append(path)
+                continue
+            if base in used:
+                continue
+            plan["partials" if base != name else "blobs"].append(name)
+    kept_set = set(kept) | set(keep_set)
+    if os.path.isdir(refs_dir) and not os.path.islink(refs_dir):
+        for top, dirs, files in os.walk(refs_dir):
+            dirs.sort()
+            for name in sorted(files):
+                path = os.path.join(top, name)
+                if os.path.islink(path):
                     plan["unknown"].append(path)
                     continue
-                if base in used:
+                try:
+                    with open(path, encoding="utf-8") as handle:
+                        target = handle.read(100)
+                except (OSError, ValueError):
                     continue
-                plan["partials" if base != name else "blobs"].append(name)
-        removed = set(plan["snapshots"])
-        if os.path.isdir(self.refs_dir) and not os.path.islink(self.refs_dir):
-            for top, dirs, files in os.walk(self.refs_dir):
-                dirs.sort()
-                for name in sorted(files):
-                    path = os.path.join(top, name)
-                    if os.path.islink(path):
-                        plan["unknown"].append(path)
-                        continue
-                    try:
-                        with open(path, encoding="utf-8") as handle:
-                            target = handle.read(100)
-                    except (OSError, ValueError):
-                        continue
-                    if target in removed:
-                        plan["refs"].append(os.path.relpath(path, self.refs_dir).replace(os.sep, "/"))
-        return plan
+                if target not in kept_set:
+                    plan["refs"].append(os.path.relpath(path, refs_dir).replace(os.sep, "/"))
+    return plan
 
-    def _linked_blobs(self, snapshot):
-        names = set()
-        for top, _dirs, files in os.walk(snapshot):
-            for name in files:
+
+def _linked_blobs(blobs_dir, snapshot):
+    names = set()
+    for top, _dirs, files in os.walk(snapshot):
+        for name in files:
+            path = os.path.join(top, name)
+            if not os.path.islink(path):
+                continue
+            target = os.path.normpath(os.path.join(top, os.readlink(path)))
+            if os.path.dirname(target) == os.path.normpath(blobs_dir):
+                names.add(os.path.basename(target))
+    return names
+
+
+def repo_prune(repo_dir, plan):
+    """Remove what ``plan`` names; entries of a snapshot that are not links, files or directories
+    are left (and reported in the plan's ``unknown``)."""
+    snapshots_dir = os.path.join(repo_dir, "snapshots")
+    blobs_dir = os.path.join(repo_dir, "blobs")
+    refs_dir = os.path.join(repo_dir, "refs")
+    for commit in plan["snapshots"]:
+        top_dir = os.path.join(snapshots_dir, commit)
+        for top, dirs, files in os.walk(top_dir, topdown=False):
+            for name in files + dirs:
                 path = os.path.join(top, name)
-                if not os.path.islink(path):
+                st = _lstat(path)
+                if st is None:
                     continue
-                target = os.path.normpath(os.path.join(top, os.readlink(path)))
-                if os.path.dirname(target) == os.path.normpath(self.blobs_dir):
-                    names.add(os.path.basename(target))
-        return names
+                if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
+                    os.unlink(path)
+                elif stat.S_ISDIR(st.st_mode):
+                    _rmdir_quiet(path)
+                else:
+                    plan["unknown"].append(path)
+        _rmdir_quiet(top_dir)
+    for ref in plan["refs"]:
+        path = os.path.join(refs_dir, *ref.split("/"))
+        _unlink(path)
+        parent = os.path.dirname(path)
+        while parent != refs_dir and parent.startswith(refs_dir):
+            if not _rmdir_quiet(parent):
+                break
+            parent = os.path.dirname(parent)
+    for name in plan["blobs"] + plan["partials"]:
+        _unlink(os.path.join(blobs_dir, name))
 
-    def prune(self, plan):
-        """Remove what ``plan`` names; entries of a snapshot that are not links, files or
-        directories are left (and reported in the plan's ``unknown``)."""
-        for commit in plan["snapshots"]:
-            top_dir = os.path.join(self.snapshots_dir, commit)
-            for top, dirs, files in os.walk(top_dir, topdown=False):
-                for name in files + dirs:
-                    path = os.path.join(top, name)
-                    st = _lstat(path)
-                    if st is None:
-                        continue
-                    if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
-                        os.unlink(path)
-                    elif stat.S_ISDIR(st.st_mode):
-                        _rmdir_quiet(path)
-                    else:
-                        plan["unknown"].append(path)
-            _rmdir_quiet(top_dir)
-        for ref in plan["refs"]:
-            path = os.path.join(self.refs_dir, *ref.split("/"))
-            _unlink(path)
-            parent = os.path.dirname(path)
-            while parent != self.refs_dir and parent.startswith(self.refs_dir):
-                if not _rmdir_quiet(parent):
-                    break
-                parent = os.path.dirname(parent)
-        for name in plan["blobs"] + plan["partials"]:
-            _unlink(os.path.join(self.blobs_dir, name))
+
+def unlisted_repos(cache_dir, listed):
+    """The repo directories (``models--<org>--<name>``, real directories) of ``cache_dir`` whose repo
+    is not in ``listed``, sorted. Other entries (datasets, spaces, a link, huggingface_hub's
+    ``.locks``) are not the models' and are never returned."""
+    if os.path.islink(cache_dir) or not os.path.isdir(cache_dir):
+        return []
+    wanted = set(repo_folder(repo) for repo in listed)
+    out = []
+    for name in sorted(os.listdir(cache_dir)):
+        if not name.startswith("models--") or name in wanted:
+            continue
+        st = _lstat(os.path.join(cache_dir, name))
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            out.append(name)
+    return out
+
+
+def remove_empty_repo(repo_dir):
+    """Remove the repo directory's empty ``snapshots``, ``blobs`` and ``refs`` trees, its lock file
+    and itself, when nothing else is in it; True when it is gone."""
+    for sub in ("refs", "snapshots", "blobs"):
+        top_dir = os.path.join(repo_dir, sub)
+        if os.path.islink(top_dir) or not os.path.isdir(top_dir):
+            continue
+        for top, dirs, _files in os.walk(top_dir, topdown=False):
+            for name in dirs:
+                _rmdir_quiet(os.path.join(top, name))
+        _rmdir_quiet(top_dir)
+    lock_path = os.path.join(repo_dir, LOCK_NAME)
+    rest = [name for name in os.listdir(repo_dir) if name != LOCK_NAME]
+    if rest:
+        return False
+    _unlink(lock_path)
+    return _rmdir_quiet(repo_dir)
 
 
 def _rmdir_quiet(path):

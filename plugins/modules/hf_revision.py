@@ -83,13 +83,28 @@ options:
         newline; mode C(0644)), through a temporary file in the same directory and a rename. Missing
         directories are created. The task reports C(changed) only when the content differs.
     type: path
+  refresh:
+    description:
+      - Whether to ask the hub even when O(lock_file) already holds a lock. V(true) (the default) - the
+        revision is resolved again and the file rewritten when the answer differs.
+      - V(false) - when O(lock_file) exists, its lock is returned as it is, without any request
+        (RV(from_lock_file) is V(true)); only a missing file makes the module ask the hub (and write
+        it). The lock read back is checked before it is used - the file and every directory above it
+        must belong to root or the user running the module and be writable by no one else (the
+        collection's privilege rule, as for the fleet's engine locks; nodes install what it says), it
+        must be a valid lock (format 1) and name O(repo) at O(revision) - else the task fails, naming
+        the file. O(allow_patterns) and O(ignore_patterns) apply only when the hub is asked.
+      - Without O(lock_file), the hub is always asked.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - llmfleet.engines.http
   - llmfleet.engines.http.token
 attributes:
   check_mode:
     support: full
-    description: Asks the hub as in a normal run and reports whether O(lock_file) would change; writes nothing.
+    description: Asks the hub as in a normal run (not when O(refresh=false) reads a lock back) and reports
+      whether O(lock_file) would change; writes nothing.
   diff_mode:
     support: full
     description: Shows the old and the new text of O(lock_file).
@@ -237,10 +252,17 @@ size_human:
   type: str
   sample: 16.6 KiB
 gated:
-  description: Whether the repo is gated, as the hub says (V(false), V(auto) or V(manual)).
+  description:
+    - Whether the repo is gated, as the hub says (V(false), V(auto) or V(manual)); V(false) when the lock
+      was read back (RV(from_lock_file)).
   returned: success
   type: raw
   sample: manual
+from_lock_file:
+  description: Whether the lock was read back from O(lock_file) (O(refresh=false)) instead of asked from the hub.
+  returned: success
+  type: bool
+  sample: false
 lock_file:
   description: O(lock_file), or null when not set.
   returned: success
@@ -258,6 +280,7 @@ url:
   sample: https://huggingface.co/api/models/meta-llama/Llama-3.1-8B/revision/main?blobs=true
 """
 
+import json
 import os
 import tempfile
 
@@ -274,6 +297,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
     lock_text,
     select_files,
     validate_endpoint,
+    validate_lock,
     validate_repo,
     validate_revision,
 )
@@ -285,6 +309,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_token_argument_spec,
     token_transport_problem,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils._trust import owner_name, trusted_uids, untrusted_component
 
 
 def _patterns_problem(name, patterns):
@@ -323,6 +348,52 @@ def _write(path, text):
             os.unlink(tmp)
 
 
+def _read_back(lock_file, repo, revision):
+    """The lock kept in ``lock_file`` (None when there is none), checked: the file and its directories
+    closed to other users (``_trust``), a valid lock of ``repo`` at ``revision``. Raises ValueError
+    with a sentence naming the file."""
+    problem = untrusted_component(lock_file)
+    if problem:
+        raise ValueError(
+            "lock_file %s cannot be trusted: its lock decides the weights every node serves, and %s. Every "
+            "directory on its path must belong to %s and be writable by no one else: %s"
+            % (lock_file, problem.describe(), " or ".join(owner_name(uid) for uid in sorted(trusted_uids())),
+               problem.fix))
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
+    try:
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
+    try:
+        lock = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("lock_file %s is not JSON (%s): fix or remove it, or set refresh" % (lock_file, exc))
+    problems = validate_lock(lock)
+    if problems:
+        raise ValueError("lock_file %s is not a model lock: %s. Fix or remove it, or set refresh"
+                         % (lock_file, "; ".join(problems)))
+    if lock["repo"] != repo or lock["revision"] != revision:
+        raise ValueError("lock_file %s holds the lock of %s at %s, not of %s at %s: remove it, or set refresh"
+                         % (lock_file, lock["repo"], lock["revision"], repo, revision))
+    return lock
+
+
+def _exit_with_kept(module, lock, lock_file, repo, revision):
+    size_text = human_size(lock["size"])
+    module.exit_json(
+        changed=False, lock=lock, commit=lock["commit"], revision=revision, repo=repo, files=len(lock["files"]),
+        size=lock["size"], size_human=size_text, lock_file=lock_file, gated=False, from_lock_file=True,
+        msg="%s %s -> %s, %d file%s, %s; read back from %s (the hub was not asked)"
+            % (repo, revision, lock["commit"][:12], len(lock["files"]), "" if len(lock["files"]) == 1 else "s",
+               size_text, lock_file))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -333,6 +404,7 @@ def main():
             allow_patterns=dict(type="list", elements="str"),
             ignore_patterns=dict(type="list", elements="str"),
             lock_file=dict(type="path"),
+            refresh=dict(type="bool", default=True),
             **dict(http_argument_spec(), **http_token_argument_spec())
         ),
         supports_check_mode=True,
@@ -351,6 +423,15 @@ def main():
 
     if is_commit(revision):
         revision = revision.lower()  # the lock's revision is then its commit: no refs/ entry in the cache
+    if p["lock_file"] and not p["refresh"]:
+        # pins are data: a lock kept in the file is what the fleet serves, until asked to refresh
+        try:
+            kept = _read_back(p["lock_file"], repo, revision)
+        except ValueError as exc:
+            module.fail_json(msg=str(exc), changed=False, lock_file=p["lock_file"])
+        if kept is not None:
+            _exit_with_kept(module, kept, p["lock_file"], repo, revision)
+
     token = p["token"] or None
     client = client_from_params(p, secrets=[token] if token else None)
     what = "%s at revision %s on %s" % (repo, revision, endpoint.rstrip("/"))
@@ -411,7 +492,7 @@ def main():
                                             "" if len(lock["files"]) == 1 else "s", size_text, note)
     result = dict(changed=changed, msg=msg, lock=lock, commit=lock["commit"], revision=revision, repo=repo,
                   files=len(lock["files"]), size=lock["size"], size_human=size_text, lock_file=lock_file,
-                  gated=info.get("gated") or False)
+                  gated=info.get("gated") or False, from_lock_file=False)
     if diff is not None:
         result["diff"] = diff
     module.exit_json(**result)

@@ -34,6 +34,9 @@ description:
   - One run per repo at a time, by a lock file in the repo's directory (C(.llmfleet-snapshot.lock)).
   - With O(prune), snapshots of the same repo beyond the O(keep) newest are removed, with the blobs
     and refs only they used; other repos, and entries that are not the cache's, are never touched.
+    Blobs and C(.incomplete) downloads of the repo that neither the lock nor a kept snapshot uses
+    (another revision's download, left by a run that failed) are removed too, whether or not a
+    snapshot goes; a C(.incomplete) file of the lock's own blob is resumed.
 author:
   - llmfleet maintainers (@llmfleet)
 extends_documentation_fragment:
@@ -184,6 +187,26 @@ blobs_removed:
   returned: always
   type: list
   elements: str
+space:
+  description:
+    - In check mode, when files are to be downloaded - the free space of the filesystem they go to,
+      for a caller that stages several models on it at once and checks their sum
+      (RV(bytes_downloaded) of each) in one go.
+  returned: check mode, when something is to be downloaded
+  type: dict
+  contains:
+    free_bytes:
+      description: Free bytes on that filesystem (for an unprivileged user).
+      type: int
+    place:
+      description: The directory measured (the blobs directory, or its nearest existing parent).
+      type: str
+    device:
+      description: Its filesystem's device number (C(st_dev)); models with the same one share the space.
+      type: int
+    margin_mib:
+      description: O(free_space_margin_mib).
+      type: int
 unknown:
   description: Entries of the repo's directory that are not the cache's and were left alone.
   returned: always
@@ -205,6 +228,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
     ProgressFile,
     Snapshot,
     cache_lock_problems,
+    free_bytes,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
     DEFAULT_ENDPOINT,
@@ -329,6 +353,11 @@ def main():
         if module.check_mode:
             fetch = [f["path"] for f in survey["files"] if f["blob_state"] != "ok"]
             snapshot.check_space(work["fetch"], p["free_space_margin_mib"])
+            if work["fetch"]:
+                # for a caller that stages several models at once: one check of their sum
+                free, place = free_bytes(snapshot.blobs_dir)
+                result["space"] = {"free_bytes": free, "place": place, "device": os.stat(place).st_dev,
+                                   "margin_mib": p["free_space_margin_mib"]}
             finish(survey, plan, changed=True, downloaded=fetch,
                    bytes_downloaded=snapshot.space_needed(work["fetch"]),
                    pruned=plan["snapshots"], blobs_removed=plan["blobs"],

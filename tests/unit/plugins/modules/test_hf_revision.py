@@ -451,3 +451,76 @@ def test_fake_hub_lock_matches_what_the_real_client_downloads(hub, capsys, tmp_p
         blob = os.path.realpath(got)
         assert os.path.basename(blob) == _hfhub.blob_name(entry)
         assert os.path.dirname(blob) == str(cache / "models--llmfleet-test--tiny-chat" / "blobs")
+
+
+# -- refresh: false (pins are data: a lock kept in lock_file is read back, the hub is not asked) -----------
+
+def test_a_kept_lock_is_read_back_without_a_request(fake, capsys, tmp_path):
+    server, _sleeps = fake
+    server.add(info_url(), Reply(200, info()))
+    dest = tmp_path / "locks" / "org--model@main.json"
+    code, first, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)
+    assert code == 0 and first["changed"] is True and first["from_lock_file"] is False  # missing: asked, written
+    asked = len(server.calls)
+    code, again, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)
+    assert code == 0 and again["changed"] is False and again["from_lock_file"] is True
+    assert len(server.calls) == asked, "a kept lock still asked the hub"
+    assert again["lock"] == first["lock"] and again["commit"] == SHA
+    assert "read back from %s" % dest in again["msg"]
+
+
+def test_refresh_asks_again_and_moves_the_pin(fake, capsys, tmp_path):
+    server, _sleeps = fake
+    server.add(info_url(), Reply(200, info()), Reply(200, info(sha=OTHER)))
+    dest = tmp_path / "lock.json"
+    assert run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)[1]["commit"] == SHA
+    code, result, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=True), capsys)
+    assert code == 0 and result["commit"] == OTHER and result["changed"] is True
+    assert json.loads(dest.read_text())["commit"] == OTHER
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "is not JSON"),
+    ('{"format": 1}\n', "is not a model lock: "),
+    (None, "holds the lock of org/model at v9, not of org/model at main"),
+])
+def test_a_malformed_kept_lock_fails_naming_the_file(fake, capsys, tmp_path, text, words):
+    server, _sleeps = fake
+    server.add(info_url(), Reply(200, info()))
+    dest = tmp_path / "lock.json"
+    if text is None:  # a valid lock of another revision
+        assert run_module(hf_revision.main, args(lock_file=str(dest)), capsys)[0] == 0
+        lock = json.loads(dest.read_text())
+        lock["revision"] = "v9"
+        dest.write_text(json.dumps(lock))
+    else:
+        dest.write_text(text)
+    asked = len(server.calls)
+    code, result, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)
+    assert code == 1 and ("lock_file %s " % dest) in result["msg"] and words in result["msg"], result["msg"]
+    assert len(server.calls) == asked
+
+
+@pytest.mark.parametrize("opened", ["dir", "file"])
+def test_a_kept_lock_others_can_change_is_refused(fake, capsys, tmp_path, opened):
+    server, _sleeps = fake
+    server.add(info_url(), Reply(200, info()))
+    folder = tmp_path / "locks"
+    dest = folder / "lock.json"
+    assert run_module(hf_revision.main, args(lock_file=str(dest)), capsys)[0] == 0
+    (folder if opened == "dir" else dest).chmod(0o777 if opened == "dir" else 0o666)
+    asked = len(server.calls)
+    code, result, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)
+    assert code == 1 and result["msg"].startswith("lock_file %s cannot be trusted: " % dest), result["msg"]
+    assert "writable by others" in result["msg"] and len(server.calls) == asked
+
+
+def test_a_kept_lock_behind_a_link_is_not_read(fake, capsys, tmp_path):
+    server, _sleeps = fake
+    server.add(info_url(), Reply(200, info()))
+    real = tmp_path / "real.json"
+    assert run_module(hf_revision.main, args(lock_file=str(real)), capsys)[0] == 0
+    dest = tmp_path / "lock.json"
+    dest.symlink_to(real)
+    code, result, _out = run_module(hf_revision.main, args(lock_file=str(dest), refresh=False), capsys)
+    assert code == 1 and "cannot read lock_file %s" % dest in result["msg"], result["msg"]

@@ -1,0 +1,42 @@
+"""engine_service_stage_space: the models a node stages at once are counted together, per filesystem."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+
+# imported without leaving the process in controller mode (see _plugins)
+engine_service_stage_space = filter_plugin("model_stage").engine_service_stage_space
+AnsibleFilterError = filter_error()
+
+MIB = 1024 * 1024
+
+
+def look(repo, need, free, device=1, margin=1024, changed=True, place="/opt/llmfleet/models"):
+    return {"changed": changed, "repo": repo, "commit": "c" * 40, "bytes_downloaded": need,
+            "space": {"free_bytes": free, "place": place, "device": device, "margin_mib": margin}}
+
+
+def test_models_that_fit_alone_but_not_together_are_named():
+    free = 1024 * MIB + 150
+    problems = engine_service_stage_space([look("org/a", 100, free), look("org/b", 100, free)], "n1")
+    assert len(problems) == 1
+    assert problems[0].startswith("host n1: the 2 pinned models staged together need 0.0 MiB (200 bytes: org/a@cccccccccccc")
+    assert "plus the margin of 1024 MiB, and the filesystem of /opt/llmfleet/models has" in problems[0]
+    assert "Nothing was fetched" in problems[0]
+
+
+def test_models_that_fit_together_and_other_filesystems_pass():
+    free = 1024 * MIB + 200
+    assert engine_service_stage_space([look("org/a", 100, free), look("org/b", 100, free)], "n1") == []
+    # on two filesystems each has its own room
+    assert engine_service_stage_space([look("org/a", 150, free - 50), look("org/b", 150, free - 50, device=2)]) == []
+    # a model with nothing to fetch (no space in its result) or unchanged is not counted
+    assert engine_service_stage_space([look("org/a", 150, free), {"changed": True, "bytes_downloaded": 0},
+                                       look("org/b", 150, free, changed=False)]) == []
+
+
+def test_not_a_list_is_refused():
+    with pytest.raises(AnsibleFilterError):
+        engine_service_stage_space("x")

@@ -106,6 +106,10 @@ def make_env(root, version: str, build: str = "cu129", vllm_version: str | None 
     _write(env / "bin" / "vllm", script, mode=0o755)
     _write(env / "pyvenv.cfg", "home = %s\nversion_info = %d.%d\ninclude-system-site-packages = false\n"
            % (os.path.dirname(SYSTEM_PYTHON), sys.version_info[0], sys.version_info[1]))
+    # its site-packages names the fake packages' directory, so that its own python imports vllm as a
+    # real environment's does (the role import-checks an environment on disk before switching to it)
+    _write(env / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages" / "llmfleet_fake_site.pth",
+           "%s\n" % site)
     lock = env / LOCK_FILE_NAME
     _write(lock, "vllm==%s\ntorch==%s\n" % (vllm_version, torch_version))
     spec = wanted_spec({

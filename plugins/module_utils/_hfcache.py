@@ -19,6 +19,9 @@ redirects the policy refuses are not tried again. No message ever holds a reques
 ``apply`` downloads the missing blobs to ``blobs/<name>.incomplete`` (resumed next time), checks
 size and hash, renames them into place, then links ``snapshots/<commit>/<path>`` and writes
 ``refs/<revision>``; ``prune_plan``/``prune`` remove older snapshots and the blobs only they used.
+``run_parallel`` runs the downloads of a lock (``Snapshot.download``, or hf_warm's hashing) on a bounded
+number of threads; the first failure sets a ``Cancel``, which shuts the sockets of the answers the others
+are reading, so that they stop at once and the failure is raised once every thread has ended.
 An ``.incomplete`` file is private (0600, made with ``O_EXCL|O_NOFOLLOW``) until its bytes are
 checked; only then is it made 0644 and renamed. Files in place are 0644 and directories 0755, owned
 by whoever runs this: the service user reads the weights and cannot change them.
@@ -35,13 +38,16 @@ import re
 import socket
 import ssl
 import stat
+import threading
 import time
 import urllib.error
 
 from ansible.module_utils.six.moves.urllib.parse import urlsplit
 from ansible.module_utils.urls import (
     ConnectionError as UrlsConnectionError,
+    Request,
     SSLValidationError,
+    make_context,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
@@ -55,6 +61,9 @@ LOCK_NAME = ".llmfleet-snapshot.lock"
 MIB = 1024 * 1024
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+#: Files downloaded at once by default (model_snapshot, hf_warm), and the most allowed.
+DEFAULT_PARALLEL = 4
+MAX_PARALLEL = 32
 #: An .incomplete file's mode until its bytes are checked: what arrives is nobody else's to read.
 PARTIAL_MODE = 0o600
 _MASK = "********"
@@ -111,6 +120,10 @@ class BadCertificate(FetchError):
 
 class Oversize(FetchError):
     """The server sent more bytes than the file has."""
+
+
+class Cancelled(CacheError):
+    """Another download of the same run failed: this one stopped at its next chunk."""
 
 
 class IntegrityError(CacheError):
@@ -347,6 +360,21 @@ class Fetcher(object):
         self.chunk_size = chunk_size
         self.user_agent = user_agent
         self.allow_plain_http_token = allow_plain_http_token
+        self._context = None
+        self._context_guard = threading.Lock()
+
+    def _opener(self):
+        """``open_url`` as ``_http.follow`` calls it, with one TLS context for every hop of every
+        download of this fetcher (``open_url`` builds one per call, reading the system's CA
+        certificates each time: about 50 ms of CPU, under the GIL, per hop)."""
+        with self._context_guard:
+            if self._context is None:
+                self._context = make_context(validate_certs=self.validate_certs)
+            context = self._context
+
+        def opener(url, method=None, data=None, **kwargs):
+            return Request().open(method or ("POST" if data else "GET"), url, data=data, context=context, **kwargs)
+        return opener
 
     def redact(self, text):
         text = "" if text is None else str(text)
@@ -364,7 +392,7 @@ class Fetcher(object):
             resp = _http.follow(url, headers=headers, credentials=credentials, timeout=self.timeout,
                                 validate_certs=self.validate_certs, http_agent=self.user_agent,
                                 decompress=False, allow_plain_http_credentials=self.allow_plain_http_token,
-                                allow_option="allow_plain_http_token", trace=asked)
+                                allow_option="allow_plain_http_token", trace=asked, opener=self._opener())
         except (_http.SchemeError, _http.RedirectError, _http.PlainHttpCredentialError) as exc:
             raise Refused(self.redact(exc.msg), url)
         except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
@@ -418,22 +446,31 @@ class Fetcher(object):
             raise NotFound("%s answered %s: no such repo, commit or file there" % (where, said), url, status)
         raise Refused("%s answered %s" % (where, said), url, status)
 
-    def fetch(self, url, sink, offset=0, limit=None, progress=None):
+    def fetch(self, url, sink, offset=0, limit=None, progress=None, cancel=None):
         """Stream ``url`` into ``sink`` (``write(bytes)``, ``restart()``), which holds ``offset``
         bytes of the file already. ``limit``: the file's size; more is refused (Oversize).
-        ``progress(bytes_in_sink, total_or_None)`` is called after each chunk."""
+        ``progress(bytes_in_sink, total_or_None)`` is called after each chunk. ``cancel``: an
+        event that, once set (another download of the run failed), stops this one at its next
+        chunk or back-off (Cancelled)."""
         pos = offset
         received = 0
         failures = 0
         whole = False  # ask for the whole file (the server does not do ranges right)
+        buffer = bytearray(self.chunk_size)
+        view = memoryview(buffer)
         while True:
             at_start = pos
             resp = None
             try:
+                _check_cancel(cancel, url)
                 if limit is not None and pos == limit and pos and not whole:
                     # what is there is already as long as the file: nothing to ask for
                     return FetchResult(url, 206, {}, received, pos, None)
                 resp, final, cache_status = self._open(url, 0 if whole else pos)
+                if not hasattr(resp, "readinto"):
+                    view = None
+                if cancel is not None and hasattr(cancel, "watch"):
+                    cancel.watch(resp)  # cut at once when another download fails
                 status = resp.getcode() if hasattr(resp, "getcode") else getattr(resp, "status", 200)
                 hdrs = _headers_of(resp)
                 total = None
@@ -451,7 +488,9 @@ class Fetcher(object):
                     total = int(length) if length and length.strip().isdigit() else None
                 while True:
                     try:
-                        data = resp.read(self.chunk_size)
+                        # into one buffer per fetch (the sinks hash and write it before the next read)
+                        count = resp.readinto(view) if view is not None else None
+                        data = view[:count] if count is not None else resp.read(self.chunk_size)
                     except (socket.timeout, TimeoutError):
                         raise _Retryable("%s sent nothing for %s s" % (_host(final), self.timeout))
                     except (http.client.HTTPException, ConnectionError, OSError) as exc:
@@ -459,6 +498,7 @@ class Fetcher(object):
                             _host(final), self.redact(exc or exc.__class__.__name__)))
                     if not data:
                         break
+                    _check_cancel(cancel, url)
                     if limit is not None and pos + len(data) > limit:
                         raise Oversize("%s sent more than the file's %d bytes" % (url, limit), url, status)
                     sink.write(data)
@@ -478,6 +518,7 @@ class Fetcher(object):
                 whole = True
                 continue
             except _Retryable as exc:
+                _check_cancel(cancel, url)  # cut because another download failed: not a retry
                 if pos > at_start:
                     failures = 0  # it moved on: a connection that drops now and then still gets there
                 failures += 1
@@ -487,9 +528,111 @@ class Fetcher(object):
                         "this host and the server, or raise retries/timeout"
                         % (url, failures, "" if failures == 1 else "s", exc.reason), url, exc.status, pos)
                 _sleep(self.backoff * (2 ** (failures - 1)))
+                _check_cancel(cancel, url)
             finally:
                 if resp is not None:
+                    if cancel is not None and hasattr(cancel, "unwatch"):
+                        cancel.unwatch(resp)
                     _close(resp)
+
+
+class Cancel(object):
+    """Set by the first download of a run that fails: each answer another download is reading
+    (``watch``) has its socket shut at once, so that a read blocked on it returns now rather than
+    at the next chunk; every ``Fetcher.fetch`` given it then raises ``Cancelled``. A download still
+    waiting for a server's first answer stops when that comes, or at ``timeout``."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._guard = threading.Lock()
+        self._open = set()
+
+    def is_set(self):
+        return self._event.is_set()
+
+    def wait(self, timeout=None):
+        return self._event.wait(timeout)
+
+    def set(self):
+        with self._guard:
+            self._event.set()
+            answers = list(self._open)
+        for resp in answers:
+            _cut(resp)
+
+    def watch(self, resp):
+        with self._guard:
+            self._open.add(resp)
+            cut = self._event.is_set()
+        if cut:
+            _cut(resp)
+
+    def unwatch(self, resp):
+        with self._guard:
+            self._open.discard(resp)
+
+
+def _cut(resp):
+    """Shut the socket under ``resp`` (an ``_http.Answer`` over urllib's response), both ways."""
+    obj = resp
+    for _depth in range(8):
+        if isinstance(obj, socket.socket):
+            try:
+                socket.socket.shutdown(obj, socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        obj = next((getattr(obj, name) for name in ("_raw", "fp", "raw", "_sock")
+                    if getattr(obj, name, None) is not None), None)
+        if obj is None:
+            return
+
+
+def _check_cancel(cancel, url):
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("the download of %s stopped: another download of this run failed" % url, url=url)
+
+
+def run_parallel(items, work, workers, cancel=None):
+    """``work(item, cancel)`` for each of ``items`` on at most ``workers`` threads at once; the results
+    in the order of ``items``. The first failure sets ``cancel`` (a ``Fetcher.fetch`` given it stops
+    at its next chunk), no other item starts, and once every thread has ended that failure is
+    raised (not a ``Cancelled`` of the others)."""
+    items = list(items)
+    cancel = cancel if cancel is not None else Cancel()
+    results = [None] * len(items)
+    errors = []
+    guard = threading.Lock()
+    queue = iter(range(len(items)))
+
+    def worker():
+        while not cancel.is_set():
+            with guard:
+                index = next(queue, None)
+            if index is None:
+                return
+            try:
+                results[index] = work(items[index], cancel)
+            except BaseException as exc:  # pylint: disable=broad-except
+                with guard:
+                    errors.append(exc)
+                cancel.set()
+                return
+
+    count = max(1, min(int(workers), len(items)))
+    if count == 1:
+        worker()
+    else:
+        threads = [threading.Thread(target=worker, name="llmfleet-download-%d" % n, daemon=True)
+                   for n in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if errors:
+        first = [exc for exc in errors if not isinstance(exc, Cancelled)] or errors
+        raise first[0]
+    return results
 
 
 def _last(asked, url):
@@ -507,8 +650,10 @@ def _host(url):
 class ProgressFile(object):
     """A JSON file that says how the downloads go, rewritten about once a second::
 
-        {"file", "bytes_done", "bytes_total", "rate_bps", "started", "files_done", "files_total"}
-    """
+        {"file", "bytes_done", "bytes_total", "rate_bps", "started", "files_done", "files_total", "files"}
+
+    ``bytes_done`` sums what every worker received; ``files`` are those in flight, ``file`` the last
+    one that moved. Workers call ``file_bytes``/``file_finished`` from their threads."""
 
     def __init__(self, path, bytes_total, files_total, interval=1.0):
         self.path = path
@@ -517,9 +662,37 @@ class ProgressFile(object):
         self.last = None
         self.data = {"file": None, "bytes_done": 0, "bytes_total": bytes_total, "rate_bps": 0,
                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                     "files_done": 0, "files_total": files_total}
+                     "files_done": 0, "files_total": files_total, "files": []}
+        self._guard = threading.Lock()
+        self._done = {}  # file -> bytes of it received by this run (every worker's, summed)
+        self._active = []
+
+    def file_started(self, name):
+        with self._guard:
+            self._done.setdefault(name, 0)
+            if name not in self._active:
+                self._active.append(name)
+            self._write(True, file=name, files=list(self._active))
+
+    def file_bytes(self, name, count):
+        """A worker's file ``name`` has ``count`` bytes of this run: the line sums every worker's."""
+        with self._guard:
+            self._done[name] = count
+            if name not in self._active:
+                self._active.append(name)
+            self._write(False, file=name, bytes_done=sum(self._done.values()), files=list(self._active))
+
+    def file_finished(self, name):
+        with self._guard:
+            if name in self._active:
+                self._active.remove(name)
+            self._write(True, files_done=self.data["files_done"] + 1, files=list(self._active))
 
     def update(self, force=False, **values):
+        with self._guard:
+            self._write(force, **values)
+
+    def _write(self, force, **values):
         self.data.update(values)
         now = _clock()
         if not force and self.last is not None and now - self.last < self.interval:
@@ -756,7 +929,7 @@ class Snapshot(object):
         self._mkdirs(self.blobs_dir)
         self._mkdirs(self.snapshots_dir)
 
-    def download(self, item, entry, fetcher, url, progress=None):
+    def download(self, item, entry, fetcher, url, progress=None, cancel=None):
         """Download the blob of ``item`` to ``<blob>.incomplete``, resuming, check it, rename it into
         place. Returns the bytes received. A file that is not the lock's is removed and refused."""
         blob = self.blob_path(item["blob"])
@@ -766,12 +939,14 @@ class Snapshot(object):
             have = sink.size
             received = 0
             try:
-                result = fetcher.fetch(url, sink, offset=have, limit=entry["size"], progress=progress)
+                result = fetcher.fetch(url, sink, offset=have, limit=entry["size"], progress=progress,
+                                       cancel=cancel)
                 received += result.received
                 if have and sink.digest.problem():
                     # the bytes kept from an earlier run may be what is wrong: once more, from the start
                     sink.restart()
-                    result = fetcher.fetch(url, sink, offset=0, limit=entry["size"], progress=progress)
+                    result = fetcher.fetch(url, sink, offset=0, limit=entry["size"], progress=progress,
+                                           cancel=cancel)
                     received += result.received
             except Oversize:
                 sink.close()

@@ -405,6 +405,18 @@ class Answer(object):
         data = self._raw.read(*args)
         return b"" if data is None else data
 
+    def readinto(self, buffer):
+        """Read the next bytes of the body into ``buffer`` (writable, bytes-like): how many (0 at the
+        end). No new bytes object per read, for a download that streams gigabytes."""
+        if self._raw is None:
+            return 0
+        readinto = getattr(self._raw, "readinto", None)
+        if readinto is None:
+            data = self.read(len(buffer))
+            buffer[:len(data)] = data
+            return len(data)
+        return readinto(buffer) or 0
+
     def close(self):
         close_quietly(self._raw)
 

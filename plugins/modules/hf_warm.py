@@ -12,13 +12,13 @@ short_description: Fill a caching mirror of the Hugging Face hub with a model's 
 version_added: 0.4.0
 description:
   - Downloads every file of O(lock) (the lock of M(llmfleet.engines.hf_revision)) through the
-    mirror at O(endpoint), one at a time and to the end, keeping nothing; a caching mirror (nginx
+    mirror at O(endpoint), O(parallel) at a time and each to the end, keeping nothing; a caching mirror (nginx
     with C(proxy_cache), olah) fetches each file from the hub once and keeps it, so that the nodes
     then find every file in the cache. Run it on the controller, once per model, before the nodes
     run M(llmfleet.engines.model_snapshot).
   - Each file is checked as it streams, against the lock's size and sha256 (an LFS file) or git blob
     id (a file kept in git). A file of other bytes fails the task, naming it (the mirror holds bad
-    bytes, or the hub served them).
+    bytes, or the hub served them); the other downloads stop at once.
   - Whether the mirror already had a file is read from its C(X-Cache-Status) header (nginx's
     C($upstream_cache_status)); C(changed) is true when the mirror did not have one of them yet.
     A mirror that sends no such header is never reported as changed.
@@ -51,6 +51,12 @@ options:
       - Over plain C(http://) only to this host's loopback, unless O(allow_plain_http_token) is set
         (a mirror that holds the token itself needs none).
     type: str
+  parallel:
+    description:
+      - How many files are fetched through the mirror at once (each by its own thread, which hashes
+        the bytes as they arrive), 1 to 32.
+    type: int
+    default: 4
 notes:
   - Files are hashed as they arrive and thrown away; memory use does not grow with their size.
   - Redirects are followed only to C(http) and C(https) URLs, at most 10; a mirror that redirects a file
@@ -113,10 +119,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+    DEFAULT_PARALLEL,
+    MAX_PARALLEL,
     Fetcher,
     HashSink,
     Oversize,
     cache_lock_problems,
+    run_parallel,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
     file_url,
@@ -129,6 +138,10 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_token_argument_spec,
     token_transport_problem,
 )
+
+
+class _Bad(LlmfleetError):
+    """A file the mirror served that is not the lock's."""
 
 
 def _purge_entry(lock, entry):
@@ -147,6 +160,7 @@ def main():
         lock=dict(type="dict", required=True),
         endpoint=dict(type="str", required=True),
         token=dict(type="str", no_log=True),
+        parallel=dict(type="int", default=DEFAULT_PARALLEL),
     )
     argument_spec.update(http_argument_spec())
     argument_spec.update(http_token_argument_spec())
@@ -159,6 +173,8 @@ def main():
     # before anything is sent, in check mode too: a token over plain http only to the loopback
     problem = (http_option_problem(p) or validate_endpoint(p["endpoint"])
                or token_transport_problem(p["endpoint"], p["token"], p, "the hub token"))
+    if not problem and not 1 <= p["parallel"] <= MAX_PARALLEL:
+        problem = "parallel must be 1 to %d (files fetched at once), got %d" % (MAX_PARALLEL, p["parallel"])
     if problem:
         module.fail_json(msg=problem)
     result = dict(changed=False, files=[], bytes=0, cached=0, fetched=0)
@@ -168,35 +184,46 @@ def main():
             where, len(lock["files"]), human_size(lock["size"]), p["endpoint"]), **result)
     fetcher = Fetcher(token=p["token"], timeout=p["timeout"], retries=p["retries"], backoff=p["backoff"],
                       validate_certs=p["validate_certs"], allow_plain_http_token=p["allow_plain_http_token"])
+    done = {}  # path -> the fetch of a file checked already (reported on a failure too)
+
+    def warm(entry, cancel):
+        url = file_url(p["endpoint"], lock["repo"], lock["commit"], entry["path"])
+        sink = HashSink(entry)
+        try:
+            got = fetcher.fetch(url, sink, limit=entry["size"], cancel=cancel)
+        except Oversize:
+            raise _Bad("%s of %s: %s sent more than the lock's %d bytes: the mirror holds bad bytes, or the hub "
+                       "served them. %s" % (entry["path"], where, url, entry["size"], _purge_hint(lock, entry)),
+                       file=entry["path"], purge=_purge_entry(lock, entry))
+        wrong = sink.digest.problem()
+        if wrong:
+            raise _Bad("%s of %s through %s is not the lock's file: got %d bytes with %s %s, expected %d bytes "
+                       "with %s %s. The mirror holds bad bytes, or the hub served them. %s"
+                       % (entry["path"], where, p["endpoint"], sink.digest.size, sink.digest.kind,
+                          sink.digest.hexdigest(), entry["size"], sink.digest.kind, sink.digest.expected,
+                          _purge_hint(lock, entry)),
+                       file=entry["path"], purge=_purge_entry(lock, entry), expected_size=entry["size"],
+                       got_size=sink.digest.size, expected_hash=sink.digest.expected,
+                       got_hash=sink.digest.hexdigest())
+        done[entry["path"]] = got
+        return got
+
+    def report(entry, got):
+        result["files"].append({"path": entry["path"], "bytes": entry["size"], "cache_status": got.cache_status})
+        result["bytes"] += entry["size"]
+        if got.cache_status == "HIT":
+            result["cached"] += 1
+        elif got.cache_status:
+            result["fetched"] += 1
+
     try:
-        for entry in lock["files"]:
-            url = file_url(p["endpoint"], lock["repo"], lock["commit"], entry["path"])
-            sink = HashSink(entry)
-            try:
-                got = fetcher.fetch(url, sink, limit=entry["size"])
-            except Oversize:
-                module.fail_json(msg="%s of %s: %s sent more than the lock's %d bytes: the mirror holds "
-                                     "bad bytes, or the hub served them. %s" % (entry["path"], where, url, entry["size"],
-                                                                               _purge_hint(lock, entry)),
-                                 file=entry["path"], purge=_purge_entry(lock, entry), **result)
-            wrong = sink.digest.problem()
-            if wrong:
-                module.fail_json(
-                    msg="%s of %s through %s is not the lock's file: got %d bytes with %s %s, expected %d "
-                        "bytes with %s %s. The mirror holds bad bytes, or the hub served them. %s"
-                        % (entry["path"], where, p["endpoint"], sink.digest.size, sink.digest.kind,
-                           sink.digest.hexdigest(), entry["size"], sink.digest.kind, sink.digest.expected,
-                           _purge_hint(lock, entry)),
-                    file=entry["path"], purge=_purge_entry(lock, entry), expected_size=entry["size"],
-                    got_size=sink.digest.size,
-                    expected_hash=sink.digest.expected, got_hash=sink.digest.hexdigest(), **result)
-            result["files"].append({"path": entry["path"], "bytes": entry["size"], "cache_status": got.cache_status})
-            result["bytes"] += entry["size"]
-            if got.cache_status == "HIT":
-                result["cached"] += 1
-            elif got.cache_status:
-                result["fetched"] += 1
+        # every file at once up to `parallel`: the first failure stops the others at their next chunk
+        for entry, got in zip(lock["files"], run_parallel(lock["files"], warm, p["parallel"])):
+            report(entry, got)
     except LlmfleetError as exc:
+        for entry in lock["files"]:  # the files checked before the failure, in the lock's order
+            if entry["path"] in done:
+                report(entry, done[entry["path"]])
         module.fail_json(msg=exc.msg, **dict(result, **exc.details))
     result["changed"] = result["fetched"] > 0
     unknown = len(result["files"]) - result["cached"] - result["fetched"]

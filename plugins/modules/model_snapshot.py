@@ -17,10 +17,13 @@ description:
     lock's revision, in
     C(models--<org>--<name>/blobs/<sha256 or git blob id>),
     C(snapshots/<commit>/<path>) (relative links to the blobs) and C(refs/<revision>).
-  - Downloads only what is missing, from O(endpoint) (the hub or a mirror of it), 1 MiB at a time,
-    into C(blobs/<name>.incomplete), which the next run resumes with an HTTP range. Each file is
-    checked against the lock (size, and sha256 for an LFS file or the git blob id for a file kept
-    in git) before it is renamed into place, and linked only after every file of the lock is there.
+  - Downloads only what is missing, from O(endpoint) (the hub or a mirror of it), O(parallel) files at
+    once, 1 MiB at a time, into C(blobs/<name>.incomplete), which the next run resumes with an HTTP
+    range. Each file is hashed as its bytes arrive and checked against the lock (size, and sha256 for
+    an LFS file or the git blob id for a file kept in git) before it is renamed into place, and linked
+    only after every file of the lock is there. When one download fails, the others stop at once
+    (their connections are shut; their C(.incomplete) files are kept, to be resumed), nothing is
+    linked, and the task fails naming the file that failed.
     A file that is not the lock's fails the task, naming the file and the expected and received
     size and hash; it is removed and never linked.
   - When the snapshot is complete it sends no request at all. A blob already there is trusted when
@@ -104,13 +107,22 @@ options:
     default: 1024
   progress_file:
     description:
-      - A JSON file rewritten about once a second while downloading, C({file, bytes_done,
-        bytes_total, rate_bps, started, files_done, files_total}), and removed at the end.
+      - A JSON file rewritten about once a second while downloading, C({file, files, bytes_done,
+        bytes_total, rate_bps, started, files_done, files_total}), and removed at the end. C(bytes_done)
+        sums every download in flight, C(files) lists them, C(file) is the last one that moved.
     type: path
   lock_timeout:
     description: Seconds to wait for another run on the same repo to finish.
     type: int
     default: 3600
+  parallel:
+    description:
+      - How many files are downloaded at once (each by its own thread, which hashes the bytes as they
+        arrive), 1 to 32. C(1) downloads one file after another.
+      - The progress file's C(bytes_done) sums them; memory use is about 1 MiB per download whatever the
+        file sizes.
+    type: int
+    default: 4
 notes:
   - Large files are written to disk as they arrive; memory use does not grow with their size.
   - The real C(huggingface_hub) also reads a snapshot written by it (for example by C(snapshot_download));
@@ -224,11 +236,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+    DEFAULT_PARALLEL,
+    MAX_PARALLEL,
     Fetcher,
     ProgressFile,
     Snapshot,
     cache_lock_problems,
     free_bytes,
+    run_parallel,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
     DEFAULT_ENDPOINT,
@@ -257,6 +272,8 @@ def _option_problem(p):
         return "keep must be 1 or more (the lock's own snapshot counts), got %d" % p["keep"]
     if p["free_space_margin_mib"] < 0:
         return "free_space_margin_mib must not be negative, got %d" % p["free_space_margin_mib"]
+    if not 1 <= p["parallel"] <= MAX_PARALLEL:
+        return "parallel must be 1 to %d (files downloaded at once), got %d" % (MAX_PARALLEL, p["parallel"])
     if p["lock_timeout"] < 0:
         return "lock_timeout must not be negative, got %d" % p["lock_timeout"]
     bad = [c for c in p["in_use"] if not (len(c) == 40 and all(ch in "0123456789abcdef" for ch in c))]
@@ -301,6 +318,7 @@ def main():
         free_space_margin_mib=dict(type="int", default=1024),
         progress_file=dict(type="path"),
         lock_timeout=dict(type="int", default=3600),
+        parallel=dict(type="int", default=DEFAULT_PARALLEL),
     )
     argument_spec.update(http_argument_spec())
     argument_spec.update(http_token_argument_spec())
@@ -373,6 +391,24 @@ def main():
         module.fail_json(msg="%s@%s in %s: %s" % (snapshot.repo, snapshot.commit, p["cache_dir"], exc), **result)
 
 
+def _download(p, snapshot, entry, item, fetcher, progress, cancel):
+    """One worker's file: downloaded to its .incomplete (resumed), checked, renamed into place."""
+    start = item["partial"]
+
+    def report(pos, _total):
+        if progress is not None:
+            progress.file_bytes(item["path"], max(0, pos - start))
+
+    if progress is not None:
+        progress.file_started(item["path"])
+    received = snapshot.download(item, entry, fetcher,
+                                 file_url(p["endpoint"], snapshot.repo, snapshot.commit, item["path"]),
+                                 progress=report, cancel=cancel)
+    if progress is not None:
+        progress.file_finished(item["path"])
+    return received
+
+
 def _apply(p, snapshot, first_survey, result, finish):
     snapshot.prepare_repo()
     lock = PathLock(snapshot.lock_path, p["lock_timeout"],
@@ -393,23 +429,13 @@ def _apply(p, snapshot, first_survey, result, finish):
             bytes_total = snapshot.space_needed(work["fetch"])
             if p["progress_file"]:
                 progress = ProgressFile(p["progress_file"], bytes_total, len(work["fetch"]))
-            for index, item in enumerate(work["fetch"]):
-                entry = by_path[item["path"]]
-                before = result["bytes_downloaded"]
-
-                def report(pos, _total, item=item, before=before, start=item["partial"], index=index):
-                    if progress is not None:
-                        progress.update(file=item["path"], bytes_done=before + max(0, pos - start),
-                                        files_done=index)
-
-                if progress is not None:
-                    progress.update(force=True, file=item["path"], files_done=index)
-                received = snapshot.download(item, entry, fetcher,
-                                             file_url(p["endpoint"], snapshot.repo, snapshot.commit, item["path"]),
-                                             progress=report)
+            fetched = run_parallel(work["fetch"], lambda item, cancel: _download(
+                p, snapshot, by_path[item["path"]], item, fetcher, progress, cancel), p["parallel"])
+            for item, received in zip(work["fetch"], fetched):
                 result["bytes_downloaded"] += received
                 result["downloaded"].extend(f["path"] for f in survey["files"] if f["blob"] == item["blob"])
                 result["changed"] = True
+        # links only once every blob of the lock is in place, checked: a failed download links nothing
         if work["links"]:
             snapshot.link_all(work["links"])
             result["changed"] = True

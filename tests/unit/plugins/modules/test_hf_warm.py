@@ -121,7 +121,13 @@ def test_bad_bytes_from_the_hub_fail_naming_the_file(upstream, mirror, capsys):
     from tests.unit.plugins.filter._plugins import filter_plugin
 
     assert filter_plugin("hub_mirror").engine_cache_hub_mirror_problems({"purge": [result["purge"]]}) == []
-    # the files before it were checked and are reported
+    # the files checked before it stopped the others are reported (in the lock's order), never the bad one
+    reported = [f["path"] for f in result["files"]]
+    assert entry["path"] not in reported
+    assert reported == [e["path"] for e in lock["files"] if e["path"] in reported]
+    # one at a time (parallel=1): exactly the files before it
+    code, result, _out = warm(capsys, lock, mirror.url, parallel=1)
+    assert code == 1 and result["file"] == "pytorch_model.bin"
     assert [f["path"] for f in result["files"]] == [e["path"] for e in lock["files"]][:lock["files"].index(entry)]
 
 

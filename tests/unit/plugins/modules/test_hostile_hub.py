@@ -302,7 +302,7 @@ def test_an_incomplete_download_is_private_until_checked(tmp_path):
     seen = []
 
     class Fetcher(object):
-        def fetch(self, url, sink, offset=0, limit=None, progress=None):
+        def fetch(self, url, sink, offset=0, limit=None, progress=None, cancel=None):
             seen.append(stat.S_IMODE(os.stat(partial).st_mode))
             for start in range(offset, len(data), 1 << 20):
                 sink.write(data[start:start + (1 << 20)])

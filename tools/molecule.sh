@@ -62,6 +62,8 @@ serve() {
 # the fake upstream does not serve: a wheel of the tool venv's uv binary (tests/uv_index.py).
 serve upstream tests.upstream --packages "$work/packages"
 LLMFLEET_UPSTREAM_URL=$url
+# the fake hub's CDN is another origin (another port): the hub mirror follows redirects only there
+LLMFLEET_HUB_CDN_URL=$("$venv/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["hub_cdn_url"])' "$work/upstream.json")
 serve uv-index tests.uv_index --uv "$venv/bin/uv"
 LLMFLEET_UV_INDEX_URL=$url
 # devpi-server's wheels for the fleet cache scenario (its role installs them from a simple index
@@ -70,7 +72,7 @@ LLMFLEET_UV_INDEX_URL=$url
 wheelhouse=$(tools/devpi_wheelhouse.sh)
 serve wheelhouse tests.wheelhouse --dir "$wheelhouse"
 LLMFLEET_WHEELHOUSE_URL=$url
-export LLMFLEET_UPSTREAM_URL LLMFLEET_UV_INDEX_URL LLMFLEET_WHEELHOUSE_URL
+export LLMFLEET_UPSTREAM_URL LLMFLEET_HUB_CDN_URL LLMFLEET_UV_INDEX_URL LLMFLEET_WHEELHOUSE_URL
 echo "molecule: fake upstream at $LLMFLEET_UPSTREAM_URL, uv index at $LLMFLEET_UV_INDEX_URL"
 
 failed=()

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     if not args.packages.is_dir() or not any(args.packages.iterdir()):
         build_packages(args.packages)
     upstream = FakeUpstream(args.packages, host=args.host, port=args.port).start()
-    return serve_until_signalled(upstream, {"url": upstream.url}, args.ready_file)
+    return serve_until_signalled(upstream, {"url": upstream.url, "hub_cdn_url": upstream.hub_cdn_url}, args.ready_file)
 
 
 if __name__ == "__main__":

@@ -601,6 +601,8 @@ def test_cli_builds_serves_and_stops(tmp_path):
         info = json.loads(line)
         assert json.loads(ready.read_text())["url"] == info["url"]
         assert info["url"].startswith("http://127.0.0.1:")
+        # the hub's CDN, another origin, announced for the hub mirror's redirect list (tools/molecule.sh)
+        assert info["hub_cdn_url"].startswith("http://127.0.0.1:") and info["hub_cdn_url"] != info["url"]
         with urllib.request.urlopen(info["url"] + "/pypi/vllm/json", timeout=10) as resp:
             assert json.load(resp)["info"]["name"] == "vllm"
         assert (packages / "pypi" / WHEEL_0110).is_file()

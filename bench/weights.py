@@ -129,7 +129,7 @@ http {
   }
 }
 """ % (user, root, root, root, root, root, root, root, self.port, self.port, MODEL, COMMIT, json.dumps(info),
-       MODEL, COMMIT, json.dumps(tree), "\n    ".join(locations), root)
+            MODEL, COMMIT, json.dumps(tree), "\n    ".join(locations), root)
         (root / "nginx.conf").write_text(conf)
         self.argv = [NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-g", "daemon off;"]
         with open(root / "nginx.stderr", "wb") as err:
@@ -280,7 +280,7 @@ def section(data: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--shard-mib", type=int, default=64)
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 4, 8])

@@ -9,7 +9,8 @@ or ``hold_timeout`` seconds have passed (``timeouts`` counts those): a client th
 another makes every answer wait out the time-out, and a test that asserts ``timeouts == 0`` fails instead of
 hanging. ``max_in_flight`` is the most answers that were ever in flight at once. ``rate`` (bytes a second,
 per answer) slows the bytes of every file but those in ``fast``; ``tamper`` files get one byte flipped;
-``late`` files (path -> seconds) wait that long after the hold; ``stall`` files send their first 64 KiB and then nothing until the hub stops (a client that is not cut
+``late`` files (path -> seconds) wait that long after the hold; ``stall`` files send their first 64 KiB and
+then nothing until the hub stops (a client that is not cut
 loose waits for its read time-out).
 Each answer is logged: ``{"path", "range", "sent", "size", "complete", "began", "held"}`` (``complete``: every
 byte written before the client went away; ``held``: seconds it waited for the others); ``asked`` lists every

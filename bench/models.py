@@ -378,10 +378,11 @@ class Mirror:
     of the system's (the workers, ``nobody``, must cross every directory above their cache: pytest's
     are root's alone), removed by ``stop()``."""
 
-    def __init__(self, c: _Collection, hub_url: str):
+    def __init__(self, c: _Collection, hub_url: str, cdn_url: str):
         self.c = c
         self.root = None
         self.hub_url = hub_url
+        self.cdn_url = cdn_url
         self.dir = None
         self.proc = None
         self.url = None
@@ -403,7 +404,10 @@ class Mirror:
         port = free_port()
         self.url = "http://127.0.0.1:%d" % port
         self.params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": self.hub_url,
-                       "listen": "127.0.0.1", "port": port, "resolver": ["127.0.0.1"]}
+                       "listen": "127.0.0.1", "port": port, "resolver": ["127.0.0.1"],
+                       # the mirror serves only the fleet: this machine, the bench model's pin, the hub's CDN
+                       "clients": ["127.0.0.1"], "models": [{"model": BENCH_MODEL, "revision": REVISION}],
+                       "cdn": [self.cdn_url]}
         if os.geteuid() == 0:
             worker = pwd.getpwnam(WORKER)
             os.chown(self.dir / "cache", worker.pw_uid, worker.pw_gid)
@@ -497,7 +501,7 @@ def rollout(c: _Collection, hub: Hub, work: pathlib.Path, n: int, variant: str) 
         endpoint = hub.hub_url
         t_warm = 0.0
         if variant == "mirror":
-            mirror = Mirror(c, hub.hub_url).start()
+            mirror = Mirror(c, hub.hub_url, hub.cdn_url).start()
             t1 = time.perf_counter()
             statuses = warm(c, lock, mirror.url)
             t_warm = time.perf_counter() - t1
@@ -547,7 +551,7 @@ def one_node(c: _Collection, hub: Hub, work: pathlib.Path, reps: int) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     lock = resolve_lock(c, hub.hub_url)
-    mirror = Mirror(c, hub.hub_url).start()
+    mirror = Mirror(c, hub.hub_url, hub.cdn_url).start()
     try:
         warm(c, lock, mirror.url)
         hub.take()

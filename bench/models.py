@@ -101,7 +101,8 @@ class _Collection:
             sys.path.insert(0, str(COLLECTIONS))
         # pylint: disable=import-outside-toplevel
         from ansible_collections.llmfleet.engines.plugins.filter import hub_mirror
-        from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _hfhub, _http, _pathlock
+        from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
+        from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http, _pathlock
 
         self.hfcache, self.hfhub, self.http, self.pathlock, self.hub_mirror = (
             _hfcache, _hfhub, _http, _pathlock, hub_mirror)

@@ -52,7 +52,7 @@ ENGINE = "vllm"
 VERSION = "0.11.2"  # its PyPI wheel (cp38-abi3) and torch 2.9.0's install on the system Python 3.11
 SIDES = ("raw", "module")
 MIN_FREE_GIB = 30
-# uv_engine_env's lock in the environment (module_utils/_envdir.py LOCK_FILE_NAME); the raw flow's
+# uv_engine_env's lock in the environment (module_utils/uvenv/_envdir.py LOCK_FILE_NAME); the raw flow's
 # is requirements.lock (bench.flow)
 MODULE_LOCK = "llmfleet-requirements.txt"
 RAW_LOCK = "requirements.lock"

@@ -190,7 +190,7 @@ def main():
     os.makedirs(collections)
     os.symlink(ROOT, os.path.join(collections, "engines"))
     sys.path.insert(0, os.path.join(work, "collections"))
-    from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner  # pylint: disable=import-outside-toplevel
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner  # pylint: disable=import-outside-toplevel
 
     timings = {}
     runner = Runner()

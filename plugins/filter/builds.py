@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The vLLM build table and build policy, as filters for the engine_node role.
 
-The table and the policy live in ``plugins/module_utils/_builds.py``; the ``gpu_probe`` module
+The table and the policy live in ``plugins/module_utils/node/_builds.py``; the ``gpu_probe`` module
 uses the same functions, so the role's ``auto`` and the module's agree. Documentation:
 ``engine_build_plan.yml`` and ``engine_builds.yml`` beside this file.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 
 
 def _plain(value):

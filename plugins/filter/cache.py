@@ -15,7 +15,7 @@ import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.module_utils._placement import json_text as _json
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve._placement import json_text as _json
 
 # The keys engine_cache_problems reads, each the role variable engine_cache_<key>.
 KEYS = ("password", "root", "port", "torch_indexes", "pypi_url", "listen")

@@ -8,7 +8,7 @@ filter beside this file."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import normalize_name, own_exclude_newer
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer
 
 
 def _dict(value, what):

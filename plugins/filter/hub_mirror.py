@@ -25,8 +25,8 @@ import re
 from urllib.parse import quote
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import DEFAULT_ENDPOINT
-from ansible_collections.llmfleet.engines.plugins.module_utils._placement import json_text as _json, whole
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import DEFAULT_ENDPOINT
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve._placement import json_text as _json, whole
 
 # What ends a directive, starts a block, a comment, a string or a variable, or splits a value in
 # nginx's configuration: control characters (C0, DEL, C1), lone surrogates, whitespace, quotes,

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import url_text_problem
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import url_text_problem
 from ansible_collections.llmfleet.engines.plugins.filter.cutoff import engine_node_exclude_newer_package
 
 # The version syntax validate.yml accepts for engine_node_version: a release such as 0.20.0.

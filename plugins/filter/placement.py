@@ -4,7 +4,7 @@
 """The engine_service role's placement of models on a node's GPUs, as filters: whether the models fit the GPUs
 ``gpu_probe`` reports (the preflight, before anything stops), and how many GPUs a model runs on at once.
 
-The policy lives in ``plugins/module_utils/_placement.py``, which ``engine_service_units`` (service.py) renders
+The policy lives in ``plugins/module_utils/serve/_placement.py``, which ``engine_service_units`` (service.py) renders
 the units from, so that the preflight and the units read the same values. Unit tests:
 ``tests/unit/plugins/filter/test_placement_filter.py``. Documentation: one ``<filter>.yml`` per filter beside
 this file.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
 
 
 def engine_service_placement_problems(models, gpus=None, locks=None, shm_mib=None, shm_min_mib=1024,

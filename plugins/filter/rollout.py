@@ -16,7 +16,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
 
 
 def _text(read):

@@ -23,7 +23,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _placement
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
 
 # A unit instance name: systemd accepts more, but these names also make directory names.
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
@@ -300,7 +300,7 @@ def engine_service_problems(models, environment=None, secret_environment=None, a
 def _placement_problems(models, environment):
     """Problems of where the models run, checked without the node: each model's gpus, a model without gpus beside
     models with, CUDA_VISIBLE_DEVICES set beside gpus, VLLM_PORT set by hand (the role gives each unit its own),
-    and the internal port ranges (plugins/module_utils/_placement.py)."""
+    and the internal port ranges (plugins/module_utils/serve/_placement.py)."""
     out = []
     placed = False
     for index, entry in enumerate(models):
@@ -519,7 +519,7 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     ``gpus``: the node's GPUs (``gpu_probe``'s ``gpus``, or its whole result), needed when a model gives ``gpus``:
     its unit gets ``CUDA_VISIBLE_DEVICES`` with their UUIDs in the order given, and ``--tensor-parallel-size`` the
     number of its GPUs (divided by its pipeline and data parallel sizes) unless its args set it. Every unit gets a
-    ``VLLM_PORT`` of its own (``internal_port``, else one derived from its port: plugins/module_utils/_placement.py).
+    ``VLLM_PORT`` of its own (``internal_port``, else one derived from its port: plugins/module_utils/serve/_placement.py).
     """
     _fail("engine_service_units", engine_service_problems(
         models, environment=environment or {}, api_key=None if isinstance(api_key, bool) else api_key,

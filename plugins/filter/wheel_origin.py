@@ -11,8 +11,8 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import origin, origin_text
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import strip_userinfo, url_text_problem
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import origin, origin_text
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import strip_userinfo, url_text_problem
 
 
 def _text(value, what):

@@ -119,7 +119,7 @@ indexes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import Devpi, DevpiError, check_index_name
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import Devpi, DevpiError, check_index_name
 
 
 def wanted_settings(entry):

@@ -92,14 +92,14 @@ bytes:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import (
     Devpi,
     DevpiError,
     check_index_name,
     fetch_checked,
     wheel_fits,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import parse_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import parse_lock
 
 
 def main():

@@ -126,14 +126,14 @@ except ImportError:  # pragma: no cover
     from urllib import unquote  # type: ignore
     from urlparse import urlsplit  # type: ignore
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import (
     Devpi,
     DevpiError,
     check_index_name,
     download_checked,
     wheel_project,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import strip_userinfo
 
 
 def main():

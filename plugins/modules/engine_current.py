@@ -107,9 +107,9 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import MARKER_NAME
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import MARKER_NAME
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import UvEnvError
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvenv import EngineEnv
 
 LINK = "current"
 

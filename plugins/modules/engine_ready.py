@@ -253,9 +253,9 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _ready
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _ready
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
 
 
 def option_problem(params):

@@ -198,14 +198,14 @@ release_url:
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._github import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._github import (
     DEFAULT_API_URL,
     DEFAULT_CHECKSUM_PATTERN,
     DEFAULT_DOWNLOAD_URL,
     GithubError,
     Lookup,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpError,
     client_from_params,
     http_argument_spec,

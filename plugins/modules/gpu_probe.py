@@ -367,8 +367,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _builds, _gpu, _trust
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds, _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _trust
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
 
 
 def main():

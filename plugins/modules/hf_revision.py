@@ -286,7 +286,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import (
     DEFAULT_ENDPOINT,
     HubError,
     build_lock,
@@ -301,7 +301,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
     validate_repo,
     validate_revision,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpError,
     client_from_params,
     http_argument_spec,
@@ -309,7 +309,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     http_token_argument_spec,
     token_transport_problem,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._trust import owner_name, trusted_uids, untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 
 
 def _patterns_problem(name, patterns):

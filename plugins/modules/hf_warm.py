@@ -117,8 +117,8 @@ purge:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
     DEFAULT_PARALLEL,
     MAX_PARALLEL,
     Fetcher,
@@ -127,12 +127,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
     cache_lock_problems,
     run_parallel,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import (
     file_url,
     human_size,
     validate_endpoint,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     http_argument_spec,
     http_option_problem,
     http_token_argument_spec,

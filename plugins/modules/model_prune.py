@@ -100,17 +100,17 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
     LOCK_NAME,
     remove_empty_repo,
     repo_prune,
     repo_prune_plan,
     unlisted_repos,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import validate_repo
-from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock
-from ansible_collections.llmfleet.engines.plugins.module_utils._trust import owner_name, untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import validate_repo
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import PathLock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, untrusted_component
 
 
 def _problem(p):

@@ -234,8 +234,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
     DEFAULT_PARALLEL,
     MAX_PARALLEL,
     Fetcher,
@@ -245,20 +245,20 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
     free_bytes,
     run_parallel,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import (
     DEFAULT_ENDPOINT,
     file_url,
     human_size,
     validate_endpoint,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     http_argument_spec,
     http_option_problem,
     http_token_argument_spec,
     token_transport_problem,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock
-from ansible_collections.llmfleet.engines.plugins.module_utils._trust import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import PathLock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
     owner_name,
     untrusted_component,
 )

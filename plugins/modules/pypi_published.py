@@ -213,13 +213,13 @@ source_url:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpError,
     client_from_params,
     http_argument_spec,
     http_option_problem,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import (
     DEFAULT_INDEX_URL,
     PypiError,
     late_files_warning,

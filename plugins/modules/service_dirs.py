@@ -90,7 +90,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _servicedirs
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _servicedirs
 
 
 def main():

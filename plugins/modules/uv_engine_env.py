@@ -541,10 +541,10 @@ holder:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import UvEnvError
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import param_secrets, redact, scrub_environ
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvenv import EngineEnv, gpu_check_mode
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import UvEnvError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, redact, scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvenv import EngineEnv, gpu_check_mode
 
 
 def argument_spec():

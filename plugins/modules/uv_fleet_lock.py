@@ -237,10 +237,10 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._fleetlock import FleetLock
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import param_secrets, redact, scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._fleetlock import FleetLock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, redact, scrub_environ
 
 
 def argument_spec():

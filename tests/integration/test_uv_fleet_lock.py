@@ -73,7 +73,7 @@ def test_aarch64_and_x86_64_locks_on_this_machine_then_a_node_from_the_x86_64_on
     assert arm["cmd"][arm["cmd"].index("--python-platform") + 1] == "aarch64-manylinux_2_28"
 
     # both pass the checks a node applies to a given lock
-    from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import lock_text_problems
+    from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import lock_text_problems
     arm_text, x86_text = open(arm["path"]).read(), open(x86["path"]).read()
     assert lock_text_problems(arm_text) == [] and lock_text_problems(x86_text) == []
 

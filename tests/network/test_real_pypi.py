@@ -12,7 +12,8 @@ import re
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _http, _pypi
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.index import _pypi
 from ansible_collections.llmfleet.engines.plugins.modules import pypi_published
 
 pytestmark = pytest.mark.network

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _trust
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _trust
 from tests.roles import engines
 from tests.unit.plugins.vllm_fakes import free_port
 
@@ -35,7 +35,7 @@ FAKEBIN = HERE / "fakebin"
 COLLECTIONS = pathlib.Path(os.environ.get("LLMFLEET_ROLE_TESTS_COLLECTIONS") or REPO / "build" / "collections")
 PYTHON = sys.executable
 ANSIBLE_PLAYBOOK = pathlib.Path(PYTHON).parent / "ansible-playbook"
-# The node roots: a directory the role's own privilege rule (module_utils/_trust.py) trusts, which
+# The node roots: a directory the role's own privilege rule (module_utils/common/_trust.py) trusts, which
 # the service user can also cross (every directory above it searchable by others). The clone's
 # build/role-tests when its path is so; else (a clone in a 0700 home, or under a directory others
 # can write) a fresh directory of this run in /var/tmp or /tmp: there a root-owned entry of the

@@ -24,7 +24,7 @@ import re
 import shutil
 import sys
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     LOCK_FILE_NAME, MARKER_FORMAT, MARKER_NAME, file_sha256, wanted_spec)
 from tests.upstream import builder, catalog
 

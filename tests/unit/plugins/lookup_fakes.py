@@ -96,7 +96,7 @@ _REASONS = {
 
 def install(monkeypatch):
     """Patch ``_http.open_url`` and ``_http._sleep``: the fake server and the list of waits."""
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _http
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 
     fake = FakeHttp()
     sleeps = []

@@ -79,6 +79,6 @@ def test_typed_described_and_consistent(role, name):
 
 
 def test_build_choices_are_the_build_tables_requests():
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 
     assert OPTIONS["engine_node"]["engine_node_build"]["choices"] == list(_builds.REQUESTS)

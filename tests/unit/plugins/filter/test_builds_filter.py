@@ -43,7 +43,7 @@ def test_the_filter_gives_the_module_s_answer(monkeypatch, capsys, case, version
 def test_the_filter_gives_the_module_s_answer_on_an_older_os(monkeypatch, capsys, glibc, version, requested):
     """The same with the node's glibc replaced (Ubuntu 20.04, or musl): blocked, warnings and all."""
     from ansible.module_utils import _internal
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
 
     monkeypatch.setattr(_internal, "is_controller", False)
     monkeypatch.setattr(_gpu, "glibc_version", lambda: glibc)

@@ -1,4 +1,4 @@
-"""Several models on one node, placed on its GPUs (plugins/module_utils/_placement.py): the ``gpus`` and
+"""Several models on one node, placed on its GPUs (plugins/module_utils/serve/_placement.py): the ``gpus`` and
 ``internal_port`` of a model as engine_service_problems checks them, the units engine_service_units renders
 (CUDA_VISIBLE_DEVICES by UUID, --tensor-parallel-size, VLLM_PORT), and every refusal of the preflight filter
 engine_service_placement_problems, each message pinned with its figures."""

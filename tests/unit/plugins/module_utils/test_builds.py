@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from tests.upstream.catalog import RELEASES
 
 # FACTS.md, "vLLM publishes its CUDA builds differently by version": one row per version tried,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._devpi import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import (
     Devpi,
     DevpiError,
     PlainHttpPasswordError,
@@ -94,7 +94,8 @@ def test_the_refusal_names_the_host_and_the_user():
 @pytest.fixture
 def no_http(monkeypatch):
     """Every request recorded, none answered: a refusal must come before any of them."""
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _devpi, _http
+    from ansible_collections.llmfleet.engines.plugins.module_utils.index import _devpi
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 
     calls = []
 

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envshare
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envshare
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
 from tests.unit.plugins.module_utils.test_uvenv import PARAMS
 from tests.unit.plugins.module_utils.test_uvenv import uv_bin  # noqa: F401  pylint: disable=unused-import
 from tests.unit.plugins.module_utils.uvenv_fakes import FakeUv

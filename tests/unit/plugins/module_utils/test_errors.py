@@ -12,13 +12,15 @@ import pkgutil
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins import module_utils
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 
 def public_errors():
     found = []
-    for info in pkgutil.iter_modules(module_utils.__path__):
-        module = importlib.import_module(module_utils.__name__ + "." + info.name)
+    for info in pkgutil.walk_packages(module_utils.__path__, module_utils.__name__ + "."):
+        if info.ispkg:
+            continue
+        module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
                     and not name.startswith("_")):

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _github, _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.index import _github
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
 API = "https://gh.test/api"

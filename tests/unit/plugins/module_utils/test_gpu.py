@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 from tests.unit.plugins.python_envs import fake_runtime_env, make_env
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _hfhub
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
     AccessDenied,
     Fetcher,
     IntegrityError,

@@ -9,7 +9,8 @@ import pytest
 from huggingface_hub import hf_hub_url
 from huggingface_hub.utils import filter_repo_objects
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfhub, _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
 EP = "https://hub.test/prefix"

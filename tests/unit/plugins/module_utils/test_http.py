@@ -10,7 +10,7 @@ import urllib.error
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
 URL = "https://index.test/pypi/x/json"

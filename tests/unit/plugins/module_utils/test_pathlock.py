@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
-from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _errors
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pathlock
 
 ABOUT = "uv_engine_env state=present, vllm 0.11.0 (cu129)"
 
@@ -23,7 +23,7 @@ ABOUT = "uv_engine_env state=present, vllm 0.11.0 (cu129)"
 # group; writes {"pid", "started", "pgid"} to argv[2] and waits to be killed.
 HOLDER = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import PathLock
     lock = PathLock(sys.argv[1], 5, about=%r)
     lock.acquire()
     pgid = None

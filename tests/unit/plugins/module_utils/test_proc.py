@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 
 # a command that starts a child which ignores SIGTERM and outlives its parent, then hangs
 # itself; argv[1]: where to write {"leader": pid, "child": pid}
@@ -166,7 +166,7 @@ def test_a_module_ended_by_a_signal_stops_its_command_first(tmp_path, signum):
     info = tmp_path / "pids.json"
     module = textwrap.dedent("""
         import sys
-        from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
+        from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
         Runner(grace=0.5)([sys.executable, "-c", sys.argv[1], sys.argv[2]], timeout=300)
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

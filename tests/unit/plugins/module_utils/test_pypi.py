@@ -6,7 +6,8 @@ import datetime
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _http, _pypi
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.index import _pypi
 from tests.unit.plugins.lookup_fakes import Reply, install
 
 BASE = "http://index.test/root"

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _ready
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import HttpClient
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _ready
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
 from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm
 
 SHOW = ("show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p ExecMainStartTimestampMonotonic "

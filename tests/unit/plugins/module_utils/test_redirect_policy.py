@@ -12,8 +12,9 @@ import urllib.error
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _http
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     MAX_REDIRECTS,
     PlainHttpCredentialError,
     RedirectError,

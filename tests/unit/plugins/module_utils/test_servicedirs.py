@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _servicedirs as sd
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _servicedirs as sd
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="handing directories to another user needs root")
 NOBODY = pwd.getpwnam("nobody")

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _trust
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _trust
 
 NOBODY = 65534
 ME = os.geteuid()

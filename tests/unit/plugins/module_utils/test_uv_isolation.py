@@ -17,11 +17,11 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
-from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
-from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _errors
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
 from tests.unit.plugins.module_utils.test_uvenv import PARAMS
 from tests.unit.plugins.module_utils.uvenv_fakes import (
     INDEX, LOCK_0200_CU129, TORCH_INDEX, WHEEL_SHA, WHEEL_URL, FakeUv)

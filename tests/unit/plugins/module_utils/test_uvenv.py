@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
-from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _errors
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pathlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
 from tests.unit.plugins.module_utils.uvenv_fakes import (
     INDEX,
     LOCK_0110,

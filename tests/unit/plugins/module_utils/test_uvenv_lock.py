@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
-from ansible_collections.llmfleet.engines.plugins.module_utils import _errors
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _errors
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvlock
 from tests.unit.plugins.module_utils.test_uvenv import PARAMS, flow, uv_bin  # noqa: F401  # pylint: disable=unused-import
 from tests.unit.plugins.module_utils.uvenv_fakes import (
     INDEX, LOCK_0110, LOCK_0200_CU129, LOCK_0200_FALLBACK, WHEEL_SHA, WHEEL_URL, FakeUv)

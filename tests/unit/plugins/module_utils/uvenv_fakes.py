@@ -11,8 +11,8 @@ import json
 import os
 import sys
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvcmd
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 
 INDEX = "http://idx.test/simple"
 TORCH_INDEX = "http://idx.test/torch/cu129"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _devpi
+from ansible_collections.llmfleet.engines.plugins.module_utils.index import _devpi
 from ansible_collections.llmfleet.engines.plugins.modules import devpi_index, devpi_wheel
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module
 

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _devpi
+from ansible_collections.llmfleet.engines.plugins.module_utils.index import _devpi
 from ansible_collections.llmfleet.engines.plugins.modules import devpi_warm
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module
 

@@ -115,7 +115,7 @@ def test_an_explicit_build_the_node_cannot_run_warns(case, capsys):
 @pytest.fixture
 def node_glibc(monkeypatch):
     """The node's glibc as gpu_probe reads it (os.confstr), replaced: an older OS, or musl (None)."""
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
 
     def use(version):
         monkeypatch.setattr(_gpu, "glibc_version", lambda: version)

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub
 from ansible_collections.llmfleet.engines.plugins.modules import hf_revision
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module, warnings_text
 
@@ -240,7 +240,7 @@ TINY_CHAT_DEFAULT = ["config.json", "generation_config.json", "model.safetensors
 @pytest.fixture
 def hub(upstream, monkeypatch):
     """The started fake upstream; back-off waits are recorded, not slept; no HF_TOKEN around."""
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _http
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     sleeps = []

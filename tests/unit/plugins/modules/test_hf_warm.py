@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
 from ansible_collections.llmfleet.engines.plugins.modules import hf_warm
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.unit.plugins.modules.test_model_snapshot import hub_lock

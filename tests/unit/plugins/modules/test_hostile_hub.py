@@ -24,7 +24,8 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import (
     devpi_index,
     devpi_warm,

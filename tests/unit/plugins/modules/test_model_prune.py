@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
 from ansible_collections.llmfleet.engines.plugins.modules import model_prune
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.unit.plugins.modules.test_model_snapshot import hub_lock, run

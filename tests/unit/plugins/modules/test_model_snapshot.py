@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache, _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
 from ansible_collections.llmfleet.engines.plugins.modules import model_snapshot
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT, TINY_SHARDED
@@ -287,7 +287,7 @@ def test_the_progress_file_is_removed_at_the_end(upstream, tmp_path, capsys, mon
 
 
 def test_a_second_run_on_the_same_repo_waits_for_the_first(upstream, tmp_path, capsys):
-    from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import PathLock
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import PathLock
 
     lock = hub_lock(upstream, TINY_CHAT)
     repo = tmp_path / "hub" / "models--llmfleet-test--tiny-chat"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
 from ansible_collections.llmfleet.engines.plugins.modules import hf_warm, model_snapshot
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.upstream.gated_hub import GatedHub, lock_of, shard

@@ -167,7 +167,7 @@ def test_a_mirror_password_is_nowhere_in_the_result(fake, capsys, routes, extra,
 
 
 def test_redact_passwords_keeps_the_user_and_masks_a_token_user():
-    from ansible_collections.llmfleet.engines.plugins.module_utils._pypi import redact_passwords, url_secrets
+    from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import redact_passwords, url_secrets
 
     text = "asked https://bob:pa%24ss@m.example/simple and https://TOKEN123@m.example/x, then http://m.example/"
     secrets = url_secrets("https://bob:pa%24ss@m.example/simple")

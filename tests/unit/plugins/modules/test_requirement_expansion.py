@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc, _uvcmd, _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd, _uvlock
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, LOCK_0110, FakeUv, module_runner
 from tests.unit.plugins.modules import test_uv_engine_env as engine_env
 from tests.unit.plugins.modules import test_uv_fleet_lock as fleet_lock

@@ -8,8 +8,8 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _pathlock
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pathlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 from ansible_collections.llmfleet.engines.plugins.modules import uv_engine_env
 from tests.unit.plugins.lookup_fakes import warnings_text
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_runner
@@ -216,7 +216,7 @@ def test_a_leftover_that_is_not_ours_is_a_warning(fake, base, capsys):
 
 
 def test_a_file_error_is_a_failure_naming_the_path(fake, base, capsys, monkeypatch):
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _uvenv
+    from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
 
     def start_partial(partial, path):
         raise PermissionError(13, "Permission denied", partial)

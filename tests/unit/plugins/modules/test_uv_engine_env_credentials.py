@@ -10,7 +10,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
 from ansible_collections.llmfleet.engines.plugins.modules import uv_engine_env
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv
 

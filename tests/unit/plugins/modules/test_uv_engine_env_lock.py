@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvlock
 from tests.unit.plugins.module_utils.uvenv_fakes import LOCK_0110, FakeUv, module_runner
 from tests.unit.plugins.modules.test_uv_engine_env import base, fake, run_module  # noqa: F401  # pylint: disable=unused-import
 

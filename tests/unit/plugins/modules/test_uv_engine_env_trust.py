@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, FakeUv, module_runner
 from tests.unit.plugins.modules.test_uv_engine_env import CUTOFF, run_module
 

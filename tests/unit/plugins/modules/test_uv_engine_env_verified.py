@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _envdir
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
 from tests.unit.plugins.modules.test_uv_engine_env import base, fake, run_module  # noqa: F401  pylint: disable=unused-import
 
 NOBODY = 65534

@@ -8,9 +8,9 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _fleetlock
-from ansible_collections.llmfleet.engines.plugins.module_utils import _proc
-from ansible_collections.llmfleet.engines.plugins.module_utils import _uvlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _fleetlock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvlock
 from ansible_collections.llmfleet.engines.plugins.modules import uv_fleet_lock
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, LOCK_0110, LOCK_0200_FALLBACK, FakeUv, module_runner
 

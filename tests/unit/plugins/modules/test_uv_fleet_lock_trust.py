@@ -135,7 +135,7 @@ def test_links_planted_under_the_old_temporary_names_are_not_followed(fake, base
 
 
 def test_the_files_are_written_through_mkstemp_names(fake, base, capsys, monkeypatch):  # noqa: F811
-    from ansible_collections.llmfleet.engines.plugins.module_utils import _fleetlock
+    from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _fleetlock
     made = []
     real = _fleetlock.tempfile.mkstemp
 

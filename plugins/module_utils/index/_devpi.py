@@ -40,9 +40,9 @@ import uuid
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._builds import at_least, manylinux_glibc
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.node._builds import at_least, manylinux_glibc
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpClient,
     HttpError,
     NotFoundError,
@@ -50,7 +50,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
     is_loopback,
     shown_url,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import split_userinfo, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import split_userinfo, strip_userinfo
 
 try:  # Python 3
     from urllib.parse import urljoin, urlsplit

@@ -14,12 +14,12 @@ import difflib
 import re
 from urllib.parse import quote
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpStatusError,
     NotFoundError,
     RateLimitError,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 DEFAULT_API_URL = "https://api.github.com"
 DEFAULT_DOWNLOAD_URL = "https://github.com"

@@ -52,8 +52,8 @@ import re
 import time
 import xml.etree.ElementTree as ET
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _builds
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")

@@ -23,8 +23,8 @@ import re
 from fnmatch import fnmatchcase
 from urllib.parse import quote, urlsplit
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpStatusError,
     NotFoundError,
 )

@@ -13,8 +13,8 @@ import hashlib
 import re
 from urllib.parse import unquote, urlsplit
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _pep440
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pep440
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     LINE_BREAKERS, percent_decoded, normalize_sha256, redact, url_text_problem)
 
 

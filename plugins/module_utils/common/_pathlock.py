@@ -22,9 +22,9 @@ import stat
 import time
 from datetime import datetime, timezone
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LockBusy, OptionError
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import write_json_atomic
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import group_alive, proc_stat
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LockBusy, OptionError
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import write_json_atomic
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import group_alive, proc_stat
 
 #: How much of a recorded command line the record keeps.
 ARGV_KEPT = 4

@@ -37,7 +37,7 @@ import os
 import stat
 import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     BUILD_TOKEN_NAME, LOCK_FILE_NAME, MARKER_NAME, built_here, is_trash)
 
 # Written by the module itself, not installed by uv: never shared.

@@ -21,12 +21,12 @@ import re
 
 from urllib.parse import quote, unquote, urljoin
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._http import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     InvalidJsonError,
     NotFoundError,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils import _pep440
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pep440
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 # The one place the public index is named: every other URL comes from the caller.
 DEFAULT_INDEX_URL = "https://pypi.org"

@@ -34,15 +34,15 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     InstallTimeout, LockInvalid, LockMismatch, OptionError, ResolveFailed, UvUnusable)
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
-from ansible_collections.llmfleet.engines.plugins.module_utils._trust import owner_name, trusted_uids, untrusted_component
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
     index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, redact, requirement_lines,
     strip_userinfo)
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_expect, lock_text_problems, lock_versions, parse_lock, text_sha256)
 
 STATE_FORMAT = 1

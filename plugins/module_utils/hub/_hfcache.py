@@ -49,9 +49,9 @@ from ansible.module_utils.urls import (
     SSLValidationError,
     make_context,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils import _http
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._hfhub import blob_name, validate_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import blob_name, validate_lock
 
 CHUNK_SIZE = 1024 * 1024
 MAX_REDIRECTS = _http.MAX_REDIRECTS

@@ -50,7 +50,7 @@ from ansible.module_utils.urls import (
     SSLValidationError,
     open_url,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 USER_AGENT = "llmfleet.engines (ansible-module)"
 MAX_RETRY_AFTER = 60.0

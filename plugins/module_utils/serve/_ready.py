@@ -24,9 +24,9 @@ import os
 import time
 from urllib.parse import urlsplit
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _http
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import tail
 
 #: The phases, in the order a starting server goes through them.
 PHASES = ("starting", "health", "models", "completion", "ready")

@@ -36,8 +36,8 @@ import os
 import pwd
 import stat
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _trust
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _trust
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 PROJECT = "vllm"
 GITHUB_REPO = "vllm-project/vllm"

@@ -43,32 +43,32 @@ import re
 import shutil
 import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils import _gpu
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     LOCK_FILE_NAME, MARKER_FORMAT, MARKER_NAME, available_gb, clear_debris, discard_tree, file_sha256,
     inspect_env, marker_json, pending_debris, rebuild_reasons, refuse_foreign, remove_tree,
     switch_into_place, wanted_spec, write_json_atomic)
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     GpuCheckFailed, InstallFailed, InstallTimeout, LockBusy, LockInvalid, LockMismatch, NotEnoughSpace, ResolveFailed,
     UvEnvError, UvUnusable, VenvFailed, VerifyFailed)
-from ansible_collections.llmfleet.engines.plugins.module_utils._pathlock import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import (
     PathLock, Progress, busy_message, holder_text, utc_now)
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
     param_secrets, parse_uv_version, python_find_argv, python_install_argv, redact, requirement_lines,
     resolve_command, strip_userinfo, uv_environ, venv_argv, verify_argv)
-from ansible_collections.llmfleet.engines.plugins.module_utils._proc import Runner, tail
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, tail
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_expect, lock_text_problems, lock_versions, normalize_name, parse_lock, text_sha256,
     versions_match)
-from ansible_collections.llmfleet.engines.plugins.module_utils._envdir import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
     nearest_existing, start_partial)
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     CleanupFailed, NotAnEnvironment, OptionError)
-from ansible_collections.llmfleet.engines.plugins.module_utils._envshare import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envshare import (
     share_identical_files, sibling_environments)
-from ansible_collections.llmfleet.engines.plugins.module_utils._trust import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
     owner_name, trusted_uids, untrusted_component, untrusted_content)
 from ansible.module_utils.parsing.convert_bool import boolean
 

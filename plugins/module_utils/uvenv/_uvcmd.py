@@ -13,7 +13,7 @@ import os
 import re
 from urllib.parse import quote, unquote, urlsplit
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import OptionError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import OptionError
 
 # The only UV_* variables a uv command inherits from the node. Every other one is dropped
 # (``scrub_environ``): uv reads dozens, and many change what is installed or how files are

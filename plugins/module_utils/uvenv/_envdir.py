@@ -24,10 +24,10 @@ import shutil
 import sys
 import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils._errors import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     CleanupFailed, NotAnEnvironment, SwitchFailed)
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvcmd import normalize_sha256, strip_userinfo
-from ansible_collections.llmfleet.engines.plugins.module_utils._uvlock import text_sha256
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import normalize_sha256, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import text_sha256
 
 MARKER_NAME = ".llmfleet-engine.json"
 LOCK_FILE_NAME = "llmfleet-requirements.txt"

@@ -19,12 +19,12 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system-run system-test venv venv-latest link run test units integration network latest sanity lint docs build molecule requirements clean bench
+.PHONY: help system-run system-test venv venv-latest link run test units integration system network latest sanity lint docs build molecule requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
-	@echo "make test    the whole test suite (units, integration, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
-	@echo "pieces: units integration network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
+	@echo "make test    the whole test suite (units, integration, system, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
+	@echo "pieces: units integration system network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
 
 # The Debian packages of requirements/system.txt (tools/system_packages.sh): nothing done when
 # every one is there, else one line naming what it installs (root) or what is missing (other users).
@@ -61,16 +61,22 @@ run: system-run venv
 units: system-test venv
 	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network"
 
+# tests/integration: each module's ansible-test style target (tests/integration/targets), run by
+# ansible-playbook. tests/system: pytest tests that drive the modules and roles against the real
+# systems they meet (uv and a PyPI-like index, devpi-server, nginx, ansible-runner, a clone of the repo).
 integration: system-test venv
-	tools/devpi_wheelhouse.sh >/dev/null
 	$(PYTEST) tests/integration -m "not network"
+
+system: system-test venv
+	tools/devpi_wheelhouse.sh >/dev/null
+	$(PYTEST) tests/system -m "not network"
 
 network: system-test venv
 	$(PYTEST) tests/network -m network
 
 # The newest ansible-core on Python 3.12: the unit tests (every module, filter and module_util) and
 # each module's integration target (tests/integration/targets, run by ansible-playbook) again. The
-# role-level tests (tests/roles, the rest of tests/integration, molecule) run on the pinned core only.
+# role-level tests (tests/roles, tests/system, molecule) run on the pinned core only.
 latest: system-test
 	@if [ -z "$(PYTHON_LATEST)" ]; then echo "no Python 3.12 here: skipping the newest-ansible-core run"; else \
 	  $(MAKE) venv-latest && $(VENV_LATEST)/bin/python -m pytest tests/unit tests/integration/test_targets.py \

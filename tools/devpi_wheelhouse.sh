@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# devpi-server's wheels, for the tests of the fleet cache (tests/integration/test_devpi.py and the
+# devpi-server's wheels, for the tests of the fleet cache (tests/system/test_devpi.py and the
 # molecule scenario 'cache'): downloaded once into build/wheelhouse/devpi by pip, the ordinary
 # client, from the package index it is configured with, checked against the hashes of the
 # engine_cache role's lock (roles/engine_cache/files/devpi-server.txt). Again only when that lock

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite in two lanes that run side by side.
 #
-#   lane 1: units integration network docs build lint sanity latest   (pytest, ansible-playbook)
+#   lane 1: units integration system network docs build lint sanity latest  (pytest, ansible-playbook)
 #   lane 2: molecule                                                  (podman containers)
 #
 # Each lane is a series of ansible-playbook and pytest processes that mostly keep one core busy
@@ -24,7 +24,7 @@ status=$repo/build/test-all
 rm -rf "$status"
 mkdir -p "$status"
 
-lane1=(units integration network docs build lint sanity latest)
+lane1=(units integration system network docs build lint sanity latest)
 lane2=(molecule)
 skipped=()
 # The molecule scenarios need root (rootful podman, systemd as PID 1 in containers, apt for the

@@ -13,7 +13,7 @@ character (a newline ends the directive), no quote, ``;``, ``{``, ``}``, ``#``, 
 value has a shape of its own (an address, a port, a URL, a path).
 
 What nginx does with it: tests/unit/plugins/filter/test_hub_mirror_filter.py (``nginx -t`` of the
-rendered text), tests/integration/test_hub_mirror_nginx.py (a real nginx before the fake hub).
+rendered text), tests/system/test_hub_mirror_nginx.py (a real nginx before the fake hub).
 Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 

@@ -4,7 +4,7 @@ and devpi's data directory is the service user's alone (issue 17).
 The role's own task is read from its task files (tasks/*.yml), its argv and stdin rendered as Ansible would, and
 run against a fake venv: a ``devpi_server.auth.hash_password`` that marks its input, and a fake
 ``devpi-init`` that records the argv and the environment it got. ``init_command`` is what
-tests/integration/test_devpi.py runs against the real devpi-server too.
+tests/system/test_devpi.py runs against the real devpi-server too.
 """
 
 from __future__ import annotations

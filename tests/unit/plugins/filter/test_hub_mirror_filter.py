@@ -4,7 +4,7 @@ The nginx configuration is data: every value that would end a directive, open or
 comment, a string or a variable is refused with its variable's name and value (the token's never shown);
 what is rendered is pinned directive by directive, and a real nginx (``nginx -t``, Debian's nginx-light,
 which CI installs) accepts it for the defaults and for odd but valid values, with a temporary prefix and
-directory (no root-only path). What it does with traffic: tests/integration/test_hub_mirror_nginx.py.
+directory (no root-only path). What it does with traffic: tests/system/test_hub_mirror_nginx.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The words of the engine_node role (plugins/filter/node_report.py): each case pins the exact text.
 
 The expected strings are written out by hand (they are what the role printed when these were Jinja
-expressions in its task files); tests/integration/test_role_fleet.py reads some of them back from
+expressions in its task files); tests/system/test_role_fleet.py reads some of them back from
 real runs.
 """
 

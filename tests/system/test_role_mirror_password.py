@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.integration.test_role_fleet import NODES, Fleet, uv_index  # noqa: F401  # pylint: disable=unused-import
+from tests.system.test_role_fleet import NODES, Fleet, uv_index  # noqa: F401  # pylint: disable=unused-import
 
 pytestmark = pytest.mark.integration
 PASSWORD = "planted-mirror-pw-63d0"

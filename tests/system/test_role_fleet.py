@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
-from tests.integration.node_state import MARKER, current_env, env_names
+from tests.system.node_state import MARKER, current_env, env_names
 from tests.integration.test_targets import system_python
 
 FIXTURES = REPO / "tests" / "fixtures"

@@ -26,7 +26,7 @@ import ansible_runner  # pinned in requirements/dev.txt and dev-latest.txt
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
-from tests.integration.node_state import current_env, env_names
+from tests.system.node_state import current_env, env_names
 from tests.integration.test_targets import system_python
 
 BIN = pathlib.Path(sys.executable).parent

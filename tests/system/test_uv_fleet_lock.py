@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import COLLECTIONS, REPO
 from tests.integration.test_targets import system_python
-from tests.integration.test_uv_engine_env_credentials import module_args, run_module as run_engine_env
+from tests.system.test_uv_engine_env_credentials import module_args, run_module as run_engine_env
 
 MODULE = REPO / "plugins" / "modules" / "uv_fleet_lock.py"
 UV = REPO / ".venv" / "bin" / "uv"

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.integration.node_state import MARKER
-from tests.integration.test_role_fleet import NODES, Fleet, UvIndex, uv_index, uv_wheels  # noqa: F401  pylint: disable=unused-import
+from tests.system.node_state import MARKER
+from tests.system.test_role_fleet import NODES, Fleet, UvIndex, uv_index, uv_wheels  # noqa: F401  pylint: disable=unused-import
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from tests.integration.test_uv_engine_env_credentials import COLLECTIONS
+from tests.system.test_uv_engine_env_credentials import COLLECTIONS
 from tests.unit.roles.test_engine_cache_devpi_init import init_command
 from tests.unit.plugins.vllm_fakes import free_port
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
-from tests.integration.test_uv_fleet_lock import fleet_args, pylock_wheels, run_fleet_lock
+from tests.system.test_uv_fleet_lock import fleet_args, pylock_wheels, run_fleet_lock
 from tests.unit.plugins.filter._plugins import filter_plugin
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.conftest import COLLECTIONS, REPO
-from tests.integration.test_role_fleet import ARCH, UV_VERSION, UvIndex, uv_wheels
+from tests.system.test_role_fleet import ARCH, UV_VERSION, UvIndex, uv_wheels
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.test_uv_engine_env_credentials import module_args, run_module
+from tests.system.test_uv_engine_env_credentials import module_args, run_module
 
 pytestmark = pytest.mark.integration
 

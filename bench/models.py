@@ -100,12 +100,12 @@ class _Collection:
         if str(COLLECTIONS) not in sys.path:
             sys.path.insert(0, str(COLLECTIONS))
         # pylint: disable=import-outside-toplevel
-        from ansible_collections.llmfleet.engines.plugins.filter import hub_mirror
-        from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
+        from ansible_collections.llmfleet.engines.plugins.filter import engine_cache_nginx as hub_mirror
+        from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _fetch, _hfhub, _snapshot
         from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http, _pathlock
 
-        self.hfcache, self.hfhub, self.http, self.pathlock, self.hub_mirror = (
-            _hfcache, _hfhub, _http, _pathlock, hub_mirror)
+        self.fetch, self.snapshot, self.hfhub, self.http, self.pathlock, self.hub_mirror = (
+            _fetch, _snapshot, _hfhub, _http, _pathlock, hub_mirror)
 
 
 def resolve_lock(c: _Collection, endpoint: str) -> dict:
@@ -118,10 +118,10 @@ def resolve_lock(c: _Collection, endpoint: str) -> dict:
 def warm(c: _Collection, lock: dict, endpoint: str) -> list:
     """hf_warm's loop: every file of the lock through the mirror, hashed and thrown away, checked.
     Returns the mirror's X-Cache-Status of each file."""
-    fetcher = c.hfcache.Fetcher(**HTTP)
+    fetcher = c.fetch.Fetcher(**HTTP)
     statuses = []
     for entry in lock["files"]:
-        sink = c.hfcache.HashSink(entry)
+        sink = c.fetch.HashSink(entry)
         got = fetcher.fetch(c.hfhub.file_url(endpoint, lock["repo"], lock["commit"], entry["path"]), sink,
                             limit=entry["size"])
         problem = sink.digest.problem()
@@ -135,7 +135,7 @@ def stage(c: _Collection, lock: dict, cache_dir: pathlib.Path, endpoint: str) ->
     """model_snapshot's path (its main() and _apply(), default options): survey; nothing to do and no
     request when complete; else under its lock file, download each missing blob (checked, renamed),
     link, write the ref. Returns what it did and whether the snapshot is complete afterwards."""
-    snap = c.hfcache.Snapshot(lock, str(cache_dir))
+    snap = c.snapshot.Snapshot(lock, str(cache_dir))
     survey = snap.survey("size")
     if survey["in_the_way"]:
         raise RuntimeError("in the way in %s: %s" % (cache_dir, survey["in_the_way"]))
@@ -153,7 +153,7 @@ def stage(c: _Collection, lock: dict, cache_dir: pathlib.Path, endpoint: str) ->
             by_path = {e["path"]: e for e in snap.files}
             if work["fetch"]:
                 snap.check_space(work["fetch"], FREE_SPACE_MARGIN_MIB)
-                fetcher = c.hfcache.Fetcher(**HTTP)
+                fetcher = c.fetch.Fetcher(**HTTP)
                 for item in work["fetch"]:
                     url = c.hfhub.file_url(endpoint, snap.repo, snap.commit, item["path"])
                     out["bytes"] += snap.download(item, by_path[item["path"]], fetcher, url)

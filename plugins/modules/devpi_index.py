@@ -23,12 +23,9 @@ description:
     O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.devpi
 options:
-  url:
-    description:
-      - Base URL of the devpi-server, for example C(http://127.0.0.1:3141).
-    type: str
-    required: true
   user:
     description:
       - The devpi user that owns the indexes and logs in to change them.
@@ -65,23 +62,6 @@ options:
       volatile:
         description: Whether uploaded files may be overwritten (C(stage)) or removed (C(mirror)).
         type: bool
-  timeout:
-    description: Seconds to wait for each answer.
-    type: int
-    default: 60
-  validate_certs:
-    description: Check the server's TLS certificate.
-    type: bool
-    default: true
-  allow_plain_http_password:
-    description:
-      - Send the password over plain C(http://) to a host that is not this host's loopback
-        (C(127.0.0.0/8), C(::1), C(localhost)). By default the module refuses, before it sends
-        anything, since anyone on the network between could read the password.
-      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
-        or caddy with a certificate) and give its C(https://) URL as O(url).
-    type: bool
-    default: false
 """
 
 EXAMPLES = r"""
@@ -120,6 +100,7 @@ indexes:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import Devpi, DevpiError, check_index_name
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpioptions import devpi_argument_spec
 
 
 def wanted_settings(entry):
@@ -156,23 +137,24 @@ def _same(key, have, want):
     return have == want
 
 
+def argument_spec():
+    return dict(
+        devpi_argument_spec(),
+        user=dict(type="str", default="root"),
+        password=dict(type="str", required=True, no_log=True),
+        indexes=dict(type="list", elements="dict", required=True, options=dict(
+            name=dict(type="str", required=True),
+            type=dict(type="str", choices=["mirror", "stage"], default="mirror"),
+            mirror_url=dict(type="str"),
+            bases=dict(type="list", elements="str"),
+            volatile=dict(type="bool"),
+        )),
+    )
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            user=dict(type="str", default="root"),
-            password=dict(type="str", required=True, no_log=True),
-            indexes=dict(type="list", elements="dict", required=True, options=dict(
-                name=dict(type="str", required=True),
-                type=dict(type="str", choices=["mirror", "stage"], default="mirror"),
-                mirror_url=dict(type="str"),
-                bases=dict(type="list", elements="str"),
-                volatile=dict(type="bool"),
-            )),
-            timeout=dict(type="int", default=60),
-            validate_certs=dict(type="bool", default=True),
-            allow_plain_http_password=dict(type="bool", default=False),
-        ),
+        argument_spec=argument_spec(),
         supports_check_mode=True,
     )
     p = module.params

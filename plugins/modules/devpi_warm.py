@@ -25,11 +25,9 @@ description:
     loopback, unless O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.devpi
 options:
-  url:
-    description: Base URL of the devpi-server, for example C(http://cache.example:3141).
-    type: str
-    required: true
   lock:
     description: The lock, as C(uv pip compile --generate-hashes) writes it.
     type: str
@@ -47,23 +45,11 @@ options:
     description: The nodes' platform as uv names it, for example C(x86_64-manylinux_2_35).
     type: str
     required: true
+  # replaces the llmfleet.engines.devpi fragment's timeout (default 60): a lock's files take longer
   timeout:
     description: Seconds to wait for each answer.
     type: int
     default: 600
-  validate_certs:
-    description: Check the server's TLS certificate.
-    type: bool
-    default: true
-  allow_plain_http_password:
-    description:
-      - Send a password that O(url) carries (C(http://user:password@host/)) over plain C(http://)
-        to a host that is not this host's loopback (C(127.0.0.0/8), C(::1), C(localhost)). By
-        default the module refuses, since anyone on the network between could read it.
-      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
-        or caddy with a certificate) and give its C(https://) URL as O(url).
-    type: bool
-    default: false
 """
 
 EXAMPLES = r"""
@@ -92,6 +78,7 @@ bytes:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpioptions import devpi_argument_spec
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import (
     Devpi,
     DevpiError,
@@ -102,18 +89,19 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi impo
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import parse_lock
 
 
+def argument_spec():
+    return dict(
+        devpi_argument_spec(timeout=600),
+        lock=dict(type="str", required=True),
+        indexes=dict(type="list", elements="str", default=["root/pypi"]),
+        python_version=dict(type="str", required=True),
+        python_platform=dict(type="str", required=True),
+    )
+
+
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            lock=dict(type="str", required=True),
-            indexes=dict(type="list", elements="str", default=["root/pypi"]),
-            python_version=dict(type="str", required=True),
-            python_platform=dict(type="str", required=True),
-            timeout=dict(type="int", default=600),
-            validate_certs=dict(type="bool", default=True),
-            allow_plain_http_password=dict(type="bool", default=False),
-        ),
+        argument_spec=argument_spec(),
         supports_check_mode=True,
     )
     p = module.params

@@ -28,11 +28,9 @@ description:
     O(allow_plain_http_password) is set.
 author:
   - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.devpi
 options:
-  url:
-    description: Base URL of the devpi-server, for example C(http://cache.example:3141).
-    type: str
-    required: true
   index:
     description: The stage index the wheel goes into, as C(user/name).
     type: str
@@ -62,23 +60,6 @@ options:
   tmp_dir:
     description: Directory for the temporary download; by default the system's.
     type: path
-  timeout:
-    description: Seconds to wait for each answer.
-    type: int
-    default: 60
-  validate_certs:
-    description: Check TLS certificates (of the devpi-server and of O(src)).
-    type: bool
-    default: true
-  allow_plain_http_password:
-    description:
-      - Send the password over plain C(http://) to a host that is not this host's loopback
-        (C(127.0.0.0/8), C(::1), C(localhost)). By default the module refuses when a password is
-        given, since anyone on the network between could read it.
-      - Rather than setting this, put TLS in front of devpi-server (a reverse proxy such as nginx
-        or caddy with a certificate) and give its C(https://) URL as O(url).
-    type: bool
-    default: false
 """
 
 EXAMPLES = r"""
@@ -126,6 +107,7 @@ except ImportError:  # pragma: no cover
     from urllib import unquote  # type: ignore
     from urlparse import urlsplit  # type: ignore
 
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpioptions import devpi_argument_spec
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi import (
     Devpi,
     DevpiError,
@@ -133,24 +115,25 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.index._devpi impo
     download_checked,
     wheel_project,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import strip_userinfo
+
+
+def argument_spec():
+    return dict(
+        devpi_argument_spec(),
+        index=dict(type="str", default="root/github"),
+        user=dict(type="str", default="root"),
+        password=dict(type="str", default="", no_log=True),
+        src=dict(type="str", required=True),
+        sha256=dict(type="str", required=True),
+        filename=dict(type="str"),
+        tmp_dir=dict(type="path"),
+    )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            url=dict(type="str", required=True),
-            index=dict(type="str", default="root/github"),
-            user=dict(type="str", default="root"),
-            password=dict(type="str", default="", no_log=True),
-            src=dict(type="str", required=True),
-            sha256=dict(type="str", required=True),
-            filename=dict(type="str"),
-            tmp_dir=dict(type="path"),
-            timeout=dict(type="int", default=60),
-            validate_certs=dict(type="bool", default=True),
-            allow_plain_http_password=dict(type="bool", default=False),
-        ),
+        argument_spec=argument_spec(),
         supports_check_mode=True,
     )
     p = module.params

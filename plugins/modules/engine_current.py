@@ -18,8 +18,11 @@ description:
     C(current) named before (O(previous)) is kept first, switching back to it being instant, then the
     most recently built. Each is removed as M(llmfleet.engines.uv_engine_env) O(state=absent) removes
     one, under its lock and renamed to a hidden trash name first.
-  - The one place the roles switch C(current) and prune environments (engine_node when it switches
-    itself, engine_service when it rolls a node or rolls one back).
+  - With O(list_only), only lists the environments on disk (RV(environments)) and reads where
+    C(current) points; changes nothing.
+  - The one place the roles switch C(current), prune environments and list them (engine_node when it
+    looks for an environment on disk and when it switches itself, engine_service when it rolls a node
+    or rolls one back).
 author:
   - llmfleet maintainers (@llmfleet)
 attributes:
@@ -62,6 +65,14 @@ options:
         C(*.partial), locks and caches never are.
     type: str
     default: '^[0-9][0-9A-Za-z.+!]*-(cu13|cu129)$'
+  list_only:
+    description:
+      - Only list the environments in O(path) (RV(environments)) and read where C(current) points; change
+        nothing. O(state), O(target), O(previous) and O(keep) are not used, and a C(current) that is not a
+        link is not refused (RV(current) is then empty).
+    type: bool
+    default: false
+    version_added: 0.6.0
   lock_timeout:
     description: Seconds to wait for an environment's lock (a build or check in progress) before removing it.
     type: int
@@ -79,6 +90,12 @@ EXAMPLES = r"""
     target: 0.20.0-cu129
     previous: 0.19.1-cu129
     keep: 1
+
+- name: List the environments on disk
+  llmfleet.engines.engine_current:
+    path: /opt/llmfleet/engines/vllm
+    list_only: true
+  register: on_disk
 
 - name: Take current away
   llmfleet.engines.engine_current:
@@ -100,6 +117,21 @@ removed:
   returned: always
   type: list
   elements: str
+environments:
+  description:
+    - The environments in O(path), sorted by name - directories (not links) whose name matches O(pattern)
+      and that hold uv_engine_env's marker; empty when O(path) does not exist.
+  returned: when O(list_only=true)
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The environment's directory name (C(<version>-<build>)).
+      type: str
+    mtime:
+      description: When its marker was written (seconds since the epoch), as the roles order them.
+      type: float
+  sample: [{"name": "0.20.0-cu129", "mtime": 1764700000.0}]
 """
 
 import os
@@ -108,7 +140,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import MARKER_NAME
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import UvEnvError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvenv import EngineEnv
 
 LINK = "current"
@@ -187,9 +219,9 @@ def main():
             previous=dict(type="str"),
             keep=dict(type="int"),
             pattern=dict(type="str", default=r"^[0-9][0-9A-Za-z.+!]*-(cu13|cu129)$"),
+            list_only=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=3600),
         ),
-        required_if=[("state", "present", ("target",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -198,6 +230,15 @@ def main():
         pattern = re.compile(p["pattern"])
     except re.error as exc:
         module.fail_json(msg="parameter pattern is %r: not a regular expression (%s)" % (p["pattern"], exc))
+    if p["list_only"]:
+        try:
+            now = link_name(path)
+        except OSError:
+            now = ""
+        module.exit_json(changed=False, path=path, current=now, previous=now, removed=[],
+                         environments=[dict(name=name, mtime=mtime) for name, mtime in environments(path, pattern)])
+    if p["state"] == "present" and not p["target"]:
+        module.fail_json(msg="state is present but all of the following are missing: target")
     target = p["target"] if p["state"] == "present" else ""
     if p["state"] == "present" and (not pattern.match(target) or "/" in target):
         module.fail_json(msg="parameter target is %r, allowed: the name of an environment in %s matching %s"
@@ -229,7 +270,7 @@ def main():
                              check_mode=module.check_mode)
             try:
                 removed = flow.absent()["removed"]
-            except (OSError, UvEnvError) as exc:
+            except (OSError, LlmfleetError) as exc:
                 for warning in flow.warnings:
                     module.warn(warning)
                 failed = dict(result)

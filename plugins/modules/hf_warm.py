@@ -118,13 +118,13 @@ purge:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import cache_lock_problems
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._fetch import (
     DEFAULT_PARALLEL,
     MAX_PARALLEL,
     Fetcher,
     HashSink,
     Oversize,
-    cache_lock_problems,
     run_parallel,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import (

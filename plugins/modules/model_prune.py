@@ -101,7 +101,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
     LOCK_NAME,
     remove_empty_repo,
     repo_prune,

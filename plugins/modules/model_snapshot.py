@@ -235,16 +235,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
-    DEFAULT_PARALLEL,
-    MAX_PARALLEL,
-    Fetcher,
-    ProgressFile,
-    Snapshot,
-    cache_lock_problems,
-    free_bytes,
-    run_parallel,
-)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import free_bytes
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import cache_lock_problems
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._fetch import DEFAULT_PARALLEL, MAX_PARALLEL, Fetcher, run_parallel
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._snapshot import DownloadProgress, Snapshot
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import (
     DEFAULT_ENDPOINT,
     file_url,
@@ -428,7 +422,7 @@ def _apply(p, snapshot, first_survey, result, finish):
                               allow_plain_http_token=p["allow_plain_http_token"])
             bytes_total = snapshot.space_needed(work["fetch"])
             if p["progress_file"]:
-                progress = ProgressFile(p["progress_file"], bytes_total, len(work["fetch"]))
+                progress = DownloadProgress(p["progress_file"], bytes_total, len(work["fetch"]))
             fetched = run_parallel(work["fetch"], lambda item, cancel: _download(
                 p, snapshot, by_path[item["path"]], item, fetcher, progress, cancel), p["parallel"])
             for item, received in zip(work["fetch"], fetched):

@@ -37,6 +37,8 @@ description:
     holder is gone but a command it left running still holds the lock (and how to stop that command).
 author:
   - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.uv
 attributes:
   check_mode:
     support: full
@@ -88,60 +90,6 @@ options:
     description:
       - Name of the build (for example V(cu13), V(cu129)); recorded in the marker and the lock's header.
     type: str
-  requirements:
-    description:
-      - More requirement lines resolved together with the engine.
-    type: list
-    elements: str
-    default: []
-  wheel:
-    description:
-      - The engine from a wheel URL instead of the index, pinned by its published sha256; it is resolved as
-        C(<engine> @ <url>#sha256=<hex>).
-    type: dict
-    suboptions:
-      url:
-        description:
-          - The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
-          - It may carry credentials (C(https://USER:TOKEN@host/...)) only when O(index_url) or O(extra_index_url) has
-            an index on the same host with the same ones; uv is given the URL without them and sends that index's.
-          - A URL with a C($), a C(%) escape that decodes to one, white space or a control character is refused before
-            uv runs (uv expands C(${NAME}) in requirement lines from its environment, where the indexes' credentials
-            are); so are O(requirements) lines and a O(lock) with one.
-        type: str
-        required: true
-      sha256:
-        description: The wheel's sha256, 64 hex digits, optionally prefixed C(sha256:) as GitHub gives it.
-        type: str
-        required: true
-  expect:
-    description:
-      - What the lock must hold before anything is installed, a mapping of package name to value. A value starting
-        with C(+) is the local version label the locked package must carry (C(torch) V(+cu129)); any other value is
-        the exact version.
-      - Guards against a package silently resolved from the wrong index (for example PyPI's torch instead of
-        the extra index's CUDA build).
-    type: dict
-  index_url:
-    description:
-      - Base index (PEP 503/691 simple API), uv's C(--default-index). Default is uv's, PyPI.
-      - A mirror that needs credentials takes them in the URL, C(https://USER:TOKEN@mirror/simple). uv gets them
-        through its environment (C(UV_INDEX_<NAME>_USERNAME), C(_PASSWORD) of a named index), never on a command
-        line; they are not in the marker, the lock, the result or the module arguments Ansible shows. uv sends them to
-        that index and to other URLs on the same host (its files). Changing only the credentials (a rotated token)
-        does not build the environment again.
-    type: str
-  extra_index_url:
-    description:
-      - Extra indexes (uv's C(--index)), for example a PyTorch index for a CUDA build of torch. Credentials as for
-        O(index_url).
-    type: list
-    elements: str
-    default: []
-  index_strategy:
-    description: How uv chooses between indexes (C(--index-strategy)). Default is uv's, V(first-index).
-    type: str
-    choices: [first-index, unsafe-first-match, unsafe-best-match]
   lock:
     description:
       - The text of a lock to install from instead of resolving, in C(uv pip compile --generate-hashes) requirements
@@ -167,11 +115,6 @@ options:
         used).
       - Files whose index gives no upload time are left out too; see O(exclude_newer_package).
     type: str
-  exclude_newer_package:
-    description:
-      - Per-package cut-offs, a mapping of package name to a timestamp, or to V(false) to lift the cut-off for a
-        package whose index publishes no upload times (C(--exclude-newer-package)).
-    type: dict
   python:
     description:
       - The Python for the environment, a version request (V(3.12)) or an interpreter path.
@@ -205,15 +148,6 @@ options:
       - Mirror of uv's Python downloads (C(UV_PYTHON_INSTALL_MIRROR)); C(file://) allowed. Given to uv in its
         environment only, and kept out of what the module returns.
     type: str
-  uv:
-    description:
-      - The uv binary. Default is C(uv) on the E(PATH).
-      - It must be beyond the reach of other users, since it runs (even C(uv --version)) as the user the module runs
-        as. It, and every directory on its path (symbolic links followed), must be owned by root (or by the user
-        running the module) and writable by neither group nor others. Otherwise the task fails before anything runs,
-        naming the option, the path, the directory at fault, its owner and mode, and the C(chown root)/C(chmod go-w)
-        that fix it.
-    type: path
   import_name:
     description: The engine's import name for the default verification. Default is O(engine) with C(-) as C(_).
     type: str
@@ -541,35 +475,29 @@ holder:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import UvEnvError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError, UvEnvError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, redact, scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvoptions import uv_argument_spec
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, scrub_environ
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvenv import EngineEnv, gpu_check_mode
 
 
 def argument_spec():
     return dict(
+        uv_argument_spec(),
         path=dict(type="path", required=True),
         state=dict(type="str", choices=["present", "absent", "verified"], default="present"),
         engine=dict(type="str"),
         version=dict(type="str"),
         build=dict(type="str"),
-        requirements=dict(type="list", elements="str", default=[]),
-        wheel=dict(type="dict", options=dict(url=dict(type="str", required=True),
-                                             sha256=dict(type="str", required=True))),
-        expect=dict(type="dict"),
-        index_url=dict(type="str"),
-        extra_index_url=dict(type="list", elements="str", default=[]),
-        index_strategy=dict(type="str", choices=["first-index", "unsafe-first-match", "unsafe-best-match"]),
         lock=dict(type="str"),
         exclude_newer=dict(type="str"),
-        exclude_newer_package=dict(type="dict"),
         python=dict(type="str", default="3.12"),
         python_preference=dict(type="str", choices=["only-managed", "managed", "system", "only-system"],
                                default="only-managed"),
         python_install_dir=dict(type="path"),
         python_install_mirror=dict(type="str"),
-        uv=dict(type="path"),
         import_name=dict(type="str"),
         verify_command=dict(type="list", elements="str"),
         env=dict(type="dict"),
@@ -623,7 +551,7 @@ def main():
         for warning in flow.warnings:
             module.warn(warning)
         module.fail_json(msg="uv_engine_env at %s: %s" % (flow.path, exc), path=flow.path, steps=flow.steps)
-    except UvEnvError as exc:
+    except LlmfleetError as exc:  # the uv flow's failures, and a busy lock or too little space
         for warning in flow.warnings:
             module.warn(warning)
         module.fail_json(**redact(dict(exc.details, msg=exc.msg, path=flow.path, steps=flow.steps), secrets))

@@ -35,6 +35,8 @@ description:
     lines from its environment, where the indexes' credentials are).
 author:
   - llmfleet maintainers (@llmfleet)
+extends_documentation_fragment:
+  - llmfleet.engines.uv
 attributes:
   check_mode:
     support: full
@@ -62,55 +64,10 @@ options:
       - The engine's version. The locked version must equal it (a local label such as C(+cu129) is allowed).
     type: str
     required: true
-  wheel:
-    description:
-      - The engine from a wheel URL instead of the index, pinned by its published sha256, as in
-        M(llmfleet.engines.uv_engine_env).
-    type: dict
-    suboptions:
-      url:
-        description:
-          - The wheel's URL; credentials only as M(llmfleet.engines.uv_engine_env) takes them (an index on the same
-            host with the same ones).
-        type: str
-        required: true
-      sha256:
-        description: The wheel's sha256, 64 hex digits, optionally prefixed C(sha256:).
-        type: str
-        required: true
-  requirements:
-    description: More requirement lines resolved together with the engine.
-    type: list
-    elements: str
-    default: []
-  expect:
-    description:
-      - What the lock must hold, a mapping of package name to value; a value starting with C(+) is the local
-        version label the locked package must carry, any other value the exact version.
-    type: dict
-  index_url:
-    description:
-      - Base index, uv's C(--default-index). Default is uv's, PyPI.
-      - Credentials in the URL (C(https://USER:TOKEN@mirror/simple)) reach uv through its environment only; they are
-        never written to the lock, C(<dest>.json) or the result.
-    type: str
-  extra_index_url:
-    description: Extra indexes (uv's C(--index)). Credentials as for O(index_url).
-    type: list
-    elements: str
-    default: []
-  index_strategy:
-    description: How uv chooses between indexes (C(--index-strategy)). Default is uv's, V(first-index).
-    type: str
-    choices: [first-index, unsafe-first-match, unsafe-best-match]
   exclude_newer:
     description: Resolve as the indexes stood at this time (RFC 3339, for example V(2026-06-11T12:00:00Z)).
     type: str
     required: true
-  exclude_newer_package:
-    description:
-      - Per-package cut-offs, a mapping of package name to a timestamp, or to V(false) to lift the cut-off.
-    type: dict
   python_version:
     description: The nodes' Python, as C(X.Y) (for example V(3.12)); uv's C(--python-version).
     type: str
@@ -129,9 +86,6 @@ options:
         C(_) as C(_) (PEP 751 names allow no dot), for example C(pylock.vllm-0_20_0-x86_64.toml).
     type: bool
     default: true
-  uv:
-    description: The uv binary on the controller. Default is C(uv) on the E(PATH).
-    type: path
   cache_dir:
     description: uv's cache (C(UV_CACHE_DIR)). Default is uv's own.
     type: path
@@ -240,27 +194,21 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._fleetlock import FleetLock
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, redact, scrub_environ
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvoptions import uv_argument_spec
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import param_secrets, scrub_environ
 
 
 def argument_spec():
     return dict(
+        uv_argument_spec(),
         dest=dict(type="path", required=True),
         engine=dict(type="str", required=True),
         version=dict(type="str", required=True),
-        wheel=dict(type="dict", options=dict(url=dict(type="str", required=True),
-                                             sha256=dict(type="str", required=True))),
-        requirements=dict(type="list", elements="str", default=[]),
-        expect=dict(type="dict"),
-        index_url=dict(type="str"),
-        extra_index_url=dict(type="list", elements="str", default=[]),
-        index_strategy=dict(type="str", choices=["first-index", "unsafe-first-match", "unsafe-best-match"]),
         exclude_newer=dict(type="str", required=True),
-        exclude_newer_package=dict(type="dict"),
         python_version=dict(type="str", required=True),
         python_platform=dict(type="str", required=True),
         pylock=dict(type="bool", default=True),
-        uv=dict(type="path"),
         cache_dir=dict(type="path"),
         timeout=dict(type="int", default=600),
         force=dict(type="bool", default=False),

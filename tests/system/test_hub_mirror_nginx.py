@@ -1,6 +1,6 @@
 """The engine_cache role's hub mirror: a real nginx (Debian's nginx-light) with the configuration
 ``engine_cache_hub_mirror_conf`` renders and the token file of ``engine_cache_hub_mirror_token_conf``
-(plugins/filter/hub_mirror.py), before the fake hub of the fake upstream (tests/upstream/hub.py).
+(plugins/filter/engine_cache_nginx.py), before the fake hub of the fake upstream (tests/upstream/hub.py).
 
 nginx runs as a subprocess of the test (``daemon off``, on 127.0.0.1, a free port, temporary
 directories), stopped by its PID. As root it runs as the role's unit runs it: the master process as
@@ -42,7 +42,7 @@ import urllib.request
 import pytest
 import yaml
 
-from tests.unit.plugins.filter.test_hub_mirror_filter import M as HUB_MIRROR
+from tests.unit.plugins.filter.test_hub_mirror_filter import NGINX_CONF as HUB_MIRROR
 from tests.unit.plugins.vllm_fakes import free_port
 from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT, TINY_SHARDED
 from tests.upstream.server import ForeignOrigin
@@ -54,17 +54,18 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # and a revision with a slash
 PINS = [{"model": TINY_CHAT, "revision": "main"}, {"model": GATED_TINY, "revision": "main"},
         {"model": "llmfleet-test/tiny-chat-old", "revision": "main"}, {"model": TINY_CHAT, "revision": "refs/pr/1"}]
-TASKS = REPO / "roles" / "engine_cache" / "tasks" / "hub_mirror.yml"
+# the role's hub mirror: hub_mirror.yml and its step files
+TASKS = sorted((REPO / "roles" / "engine_cache" / "tasks").glob("hub_mirror*.yml"))
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 SETPRIV = shutil.which("setpriv")
 WORKER = "nobody"
 
 
 def _role_tasks():
-    tasks = yaml.safe_load(TASKS.read_text())
     out = []
-    for task in tasks:
-        out.extend(task.get("block", [task]))
+    for path in TASKS:
+        for task in yaml.safe_load(path.read_text()):
+            out.extend(task.get("block", [task]))
     return {task["name"]: task for task in out}
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 LATE = "vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl"
 LATE_TIME = "2026-09-01T12:00:00Z"  # after llmfleet-fakedep 2.0.0 (2026-07-01), which vllm>=1.0 would take
 FIRST_CUTOFF = "2026-06-11T12:00:00Z"  # the x86_64 wheel's upload (2026-06-10T12:00:00Z) + 24 h
-LIFT = filter_plugin("cutoff").FilterModule().filters()["engine_node_exclude_newer_package"]
+LIFT = filter_plugin("engine_node_lock").FilterModule().filters()["engine_node_exclude_newer_package"]
 
 
 def published(tmp_path, upstream):

@@ -3,9 +3,11 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Private to the llmfleet.engines collection; not a public API.
 
-The collection's one error base, and the failures of the uv environment flow (raised by
-``_uvcmd``, ``_uvlock``, ``_envdir``, ``_pathlock`` and ``_uvenv``). A module turns any of them
-into ``fail_json(msg=exc.msg, **exc.details)``.
+The collection's one error base; the failures shared by several flows (a busy path lock, too little
+free space: the uv environments' and the model snapshots' alike); and the failures of the uv
+environment flow (raised by ``_uvcmd``, ``_uvlock``, ``_envdir`` and ``_uvenv``). Each other concern
+keeps its failures beside its code (``_http``, ``hub``, ``index``, ``node``, ``serve``), all derived
+from ``LlmfleetError``. A module turns any of them into ``fail_json(msg=exc.msg, **exc.details)``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ class LlmfleetError(Exception):
         self.details = details
 
 
+# -- shared by several flows ------------------------------------------------------------------
+
+class LockBusy(LlmfleetError):
+    """Another run holds a path lock (``_pathlock.PathLock``: an environment's, uv's cache's, a model
+    repo's in the hub cache) longer than lock_timeout. ``details['holder']``: who holds it."""
+
+
+class NotEnoughSpace(LlmfleetError):
+    """Less free space on a filesystem than a run needs: an environment's build (``free_gb``), a
+    model's download (its missing bytes and ``free_space_margin_mib``)."""
+
+
+# -- the uv environment flow ------------------------------------------------------------------
+
 class UvEnvError(LlmfleetError):
     """Base of every failure of the uv environment flow."""
 
@@ -33,14 +49,6 @@ class OptionError(UvEnvError):
 
 class UvUnusable(UvEnvError):
     """The uv binary is missing or does not answer ``--version``."""
-
-
-class LockBusy(UvEnvError):
-    """Another run holds the path's lock longer than lock_timeout."""
-
-
-class NotEnoughSpace(UvEnvError):
-    """Less free space under the path's parent than free_gb."""
 
 
 class InstallTimeout(UvEnvError):

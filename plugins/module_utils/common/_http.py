@@ -8,13 +8,15 @@ readiness gate (``_ready``: a one-token completion, a read in effect), over
 ``ansible.module_utils.urls.open_url`` so that managed nodes need nothing but Python.
 
 Connection errors, time-outs, truncated bodies, 429 and 5xx answers are tried again with an
-exponential back-off; other 4xx answers are not. Each way a request can fail has its own
+exponential back-off; other 4xx answers are not. One attempt (``HttpClient.open``) and the judgement
+of an error answer (``HttpClient.raise_for_status``) are also what the hub's streaming downloads
+(``hub._fetch.Fetcher``) use, with their own resume-from-what-arrived retry loop. Each way a request can fail has its own
 exception class. No message ever contains a request header: a token sent in ``Authorization``
 cannot leak through an error, and the values given in ``secrets`` are masked in anything the
 server sends back.
 
 The collection's one redirect policy lives here (:func:`follow`, used by ``HttpClient``, by the
-hub downloads of ``_hfcache`` and by the devpi downloads and uploads of ``_devpi``): redirects are
+hub downloads of ``hub._fetch`` and by the devpi downloads and uploads of ``_devpi``): redirects are
 followed by hand, one ``open_url`` per hop with ``follow_redirects="none"``, and
 
 * only to ``http`` and ``https`` (a ``Location`` with any other scheme, ``file``, ``ftp`` and
@@ -173,8 +175,10 @@ class Response(object):
         return self.headers.get("content-type", "").split(";")[0].strip().lower()
 
 
-class _Retryable(Exception):
-    """Internal: this attempt failed in a way that deserves another try."""
+class TryAgain(LlmfleetError):
+    """This attempt failed in a way that deserves another try (a connection error, a time-out, a cut-off
+    body, 429, 5xx). Not an error a module sees: after the last attempt it becomes an
+    :class:`UnreachableError` (``HttpClient.request``, the hub's streaming ``Fetcher``)."""
 
     def __init__(self, reason, status=None, retry_after=None):
         super().__init__(reason)
@@ -357,6 +361,19 @@ def redirect_target(current, location, followed, credentials, max_redirects=MAX_
             location=shown, sender=sender)
     target = without_userinfo(target)
     return target, bool(credentials) and origin(target) == origin(current)
+
+
+def _where(url, asked=()):
+    """``url``, and where it was redirected to when the last URL asked (``follow``'s trace) is another."""
+    last = asked[-1] if asked else url
+    return url if last == without_userinfo(url) else "%s (redirected to %s)" % (url, shown_url(last))
+
+
+def _elsewhere(url, asked=()):
+    """`` to ORIGIN`` when the last URL asked is on another origin than ``url`` (a redirect's target
+    failed, a CDN's), else nothing."""
+    last = asked[-1] if asked else url
+    return "" if origin(last) == origin(url) else " to %s" % origin_text(last)
 
 
 def split_credentials(headers, names=()):
@@ -565,11 +582,25 @@ class HttpClient(object):
             text = text.replace(secret, _MASK)
         return text
 
-    def _delay(self, attempt, retry_after):
+    def delay(self, attempt, retry_after=None):
+        """Seconds to wait after failed attempt ``attempt`` (1-based): ``backoff * 2 ** (attempt - 1)``,
+        or the server's ``Retry-After`` when that is longer (at most :data:`MAX_RETRY_AFTER`)."""
         delay = self.backoff * (2 ** (attempt - 1))
         if retry_after is not None:
             delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER))
         return delay
+
+    def pause(self, attempt, retry_after=None):
+        """Wait :meth:`delay` seconds."""
+        _sleep(self.delay(attempt, retry_after))
+
+    def certificate_error(self, url, exc, asked=()):
+        """The :class:`CertificateError` for ``exc``, naming the server whose certificate it was."""
+        return CertificateError(
+            url,
+            "the TLS certificate of %s was not accepted (%s); give the node the CA that signed it, or set "
+            "validate_certs to false for a server you trust" % (_where(url, asked), self.redact(exc)),
+        )
 
     def _rate_limit(self, url, status, reason, headers, message):
         remaining = _int_or_none(headers.get("x-ratelimit-remaining"))
@@ -596,92 +627,97 @@ class HttpClient(object):
         return err
 
     # -- one attempt -----------------------------------------------------------------------
-    def _attempt(self, url, headers, method="GET", data=None):
+    def open(self, url, headers=None, method="GET", data=None, credentials=None, decompress=True, opener=None):
+        """One attempt of ``method`` on ``url`` under the redirect policy (:func:`follow`, with this
+        client's options; ``credentials`` and ``opener`` as there): the :class:`Answer`, any status, its
+        body unread. Raises :class:`CertificateError`, :class:`TryAgain` (connection errors, time-outs;
+        a failure on a redirect's hop on another origin names it), or the policy's refusals
+        (:class:`SchemeError`, :class:`RedirectError`, :class:`PlainHttpCredentialError`); secrets masked."""
+        asked = []
         try:
-            resp = follow(
+            return follow(
                 url,
                 method=method,
                 data=data,
                 headers=headers,
+                credentials=credentials,
                 credential_headers=self.credential_headers,
                 timeout=self.timeout,
                 validate_certs=self.validate_certs,
                 http_agent=self.user_agent,
+                decompress=decompress,
                 allow_plain_http_credentials=self.allow_plain_http_credentials,
                 allow_option=self.allow_option,
                 max_redirects=self.max_redirects,
+                opener=opener,
+                trace=asked,
             )
         except (SchemeError, RedirectError, PlainHttpCredentialError) as exc:
             exc.msg = self.redact(exc.msg)
             exc.args = (exc.msg,)
             raise
-        except SSLValidationError as exc:
-            raise CertificateError(
-                url,
-                "the TLS certificate of %s was not accepted (%s); give the node the CA that signed "
-                "it, or set validate_certs to false for a server you trust" % (url, self.redact(exc)),
-            )
-        except ssl.SSLCertVerificationError as exc:
-            raise CertificateError(
-                url,
-                "the TLS certificate of %s was not accepted (%s); give the node the CA that signed "
-                "it, or set validate_certs to false for a server you trust" % (url, self.redact(exc)),
-            )
+        except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
+            raise self.certificate_error(url, exc, asked)
         except urllib.error.URLError as exc:
             reason = exc.reason
             if isinstance(reason, ssl.SSLCertVerificationError):
-                raise CertificateError(
-                    url,
-                    "the TLS certificate of %s was not accepted (%s); give the node the CA that "
-                    "signed it, or set validate_certs to false for a server you trust"
-                    % (url, self.redact(reason)),
-                )
+                raise self.certificate_error(url, reason, asked)
             if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise _Retryable("timed out after %s s" % self.timeout)
-            raise _Retryable("connection failed: %s" % self.redact(reason))
+                raise TryAgain("timed out after %s s%s" % (self.timeout, _elsewhere(url, asked)))
+            raise TryAgain("connection failed%s: %s" % (_elsewhere(url, asked), self.redact(reason)))
         except (socket.timeout, TimeoutError):
-            raise _Retryable("timed out after %s s" % self.timeout)
+            raise TryAgain("timed out after %s s%s" % (self.timeout, _elsewhere(url, asked)))
         except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
-            raise _Retryable("connection failed: %s" % self.redact(exc or exc.__class__.__name__))
+            raise TryAgain("connection failed%s: %s" % (
+                _elsewhere(url, asked), self.redact(exc or exc.__class__.__name__)))
 
-        if resp.status >= 300:  # an error, or a redirect that was not followed
-            status = resp.status
-            resp_headers = resp.headers
-            try:
-                body = resp.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            finally:
-                resp.close()
-            message = self.redact(server_message(body))
-            reason = self.redact(resp.reason or "")
-            limited = self._rate_limit(url, status, reason, resp_headers, message)
-            if limited is not None:
-                raise limited
-            if status == 429 or status >= 500:
-                raise _Retryable(
-                    "answered %d %s%s" % (status, reason, ": " + message if message else ""),
-                    status=status,
-                    retry_after=_float_or_none(resp_headers.get("retry-after")),
-                )
-            if status in REDIRECT_STATUSES and resp_headers.get("location"):
-                message = "a redirect to %s, not followed: only GET and HEAD are redirected" % (
-                    self.redact(shown_url(urljoin(resp.url, resp_headers["location"]))))
-            cls = NotFoundError if status in (404, 410) else HttpStatusError
-            raise cls(
-                url,
-                "%s answered %d %s%s" % (url, status, reason, ": " + message if message else ""),
-                status, reason, message, resp_headers,
+    def raise_for_status(self, url, resp, where=None):
+        """For an answer of :meth:`open` with a status of 300 or more (an error, or a redirect that was
+        not followed): read and close its body and raise :class:`RateLimitError`, :class:`TryAgain`
+        (429, 5xx), :class:`NotFoundError` (404, 410) or :class:`HttpStatusError`, the message naming
+        ``where`` (``url`` by default) and what the server said."""
+        where = where or url
+        status = resp.status
+        resp_headers = resp.headers
+        try:
+            body = resp.read()
+        except Exception:  # pylint: disable=broad-except
+            body = b""
+        finally:
+            resp.close()
+        message = self.redact(server_message(body))
+        reason = self.redact(resp.reason or "")
+        limited = self._rate_limit(url, status, reason, resp_headers, message)
+        if limited is not None:
+            raise limited
+        if status == 429 or status >= 500:
+            raise TryAgain(
+                "answered %d %s%s" % (status, reason, ": " + message if message else ""),
+                status=status,
+                retry_after=_float_or_none(resp_headers.get("retry-after")),
             )
+        if status in REDIRECT_STATUSES and resp_headers.get("location"):
+            message = "a redirect to %s, not followed: only GET and HEAD are redirected" % (
+                self.redact(shown_url(urljoin(resp.url, resp_headers["location"]))))
+        cls = NotFoundError if status in (404, 410) else HttpStatusError
+        raise cls(
+            url,
+            "%s answered %d %s%s" % (where, status, reason, ": " + message if message else ""),
+            status, reason, message, resp_headers,
+        )
 
+    def _attempt(self, url, headers, method="GET", data=None):
+        resp = self.open(url, headers, method, data)
+        if resp.status >= 300:
+            self.raise_for_status(url, resp)
         try:
             status = resp.getcode() if hasattr(resp, "getcode") else getattr(resp, "status", 200)
             resp_headers = _lower_headers(getattr(resp, "headers", None))
             body = resp.read()
         except (socket.timeout, TimeoutError):
-            raise _Retryable("timed out reading the answer after %s s" % self.timeout)
+            raise TryAgain("timed out reading the answer after %s s" % self.timeout)
         except (http.client.HTTPException, ConnectionError, OSError) as exc:
-            raise _Retryable("the answer was cut off: %s" % self.redact(exc or exc.__class__.__name__))
+            raise TryAgain("the answer was cut off: %s" % self.redact(exc or exc.__class__.__name__))
         finally:
             close = getattr(resp, "close", None)
             if close is not None:
@@ -693,7 +729,7 @@ class HttpClient(object):
             body = b""
         expected = _int_or_none(resp_headers.get("content-length"))
         if expected is not None and "content-encoding" not in resp_headers and len(body) < expected:
-            raise _Retryable("the answer was cut off: %d of %d bytes" % (len(body), expected))
+            raise TryAgain("the answer was cut off: %d of %d bytes" % (len(body), expected))
         final_url = resp.geturl() if hasattr(resp, "geturl") else url
         return Response(final_url or url, status or 200, resp_headers, body)
 
@@ -713,10 +749,10 @@ class HttpClient(object):
             try:
                 resp = self._attempt(url, merged, method, data)
                 return resp
-            except _Retryable as exc:
+            except TryAgain as exc:
                 last = exc
                 if attempt < attempts:
-                    _sleep(self._delay(attempt, exc.retry_after))
+                    self.pause(attempt, exc.retry_after)
         raise UnreachableError(
             url,
             "could not get %s after %d attempt%s: %s; check the URL and the network or proxy "

@@ -4,7 +4,8 @@
 """Private to the llmfleet.engines collection; not a public API.
 
 The path lock (an ``flock`` on ``<path>.lock``) that serialises runs on one environment, and
-the progress file (``<path>.progress.json``) that says what a running build is doing.
+the reading of the progress file (``<path>.progress.json``, written by ``_progress.ProgressFile``) that
+says what the holder is doing.
 
 Whoever holds the lock exclusively writes who it is into the lock file (one JSON line: pid,
 when that process started, what it does, and the process group of the command it is running),
@@ -20,18 +21,13 @@ import json
 import os
 import stat
 import time
-from datetime import datetime, timezone
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LockBusy, OptionError
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import write_json_atomic
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress import utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import group_alive, proc_stat
 
 #: How much of a recorded command line the record keeps.
 ARGV_KEPT = 4
-
-
-def utc_now():
-    return datetime.now(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def process_start(pid):
@@ -294,28 +290,6 @@ class PathLock:
     def __exit__(self, *exc):
         self.release()
         return False
-
-
-class Progress:
-    """``<path>.progress.json``: the current step and when it started, for whoever looks."""
-
-    def __init__(self, progress_path, about):
-        self.progress_path = progress_path
-        self.data = dict(about, pid=os.getpid(), started=utc_now(), step=None, step_started=None,
-                         done=[])
-
-    def step(self, name, done):
-        self.data.update(step=name, step_started=utc_now(), done=list(done))
-        try:
-            write_json_atomic(self.progress_path, self.data)
-        except OSError:
-            pass
-
-    def remove(self):
-        try:
-            os.unlink(self.progress_path)
-        except OSError:
-            pass
 
 
 def read_progress(progress_path):

@@ -32,7 +32,7 @@ TAIL_LINES = 6
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def tail(text, lines=TAIL_LINES):
+def last_lines(text, lines=TAIL_LINES):
     """The last few non-empty lines of a command's output, joined with `` / ``.
 
     uv explains a failed resolution over several lines; the last alone rarely says why.

@@ -72,6 +72,9 @@ class Untrusted:
 
     def __init__(self, component, st, why, fix):
         self.component = component
+        # for a directory on the way: the entry of it that another user could replace or make
+        self.child = None
+        self.child_exists = False
         self.uid = st.st_uid
         self.mode = stat.S_IMODE(st.st_mode)
         self.why = why
@@ -102,7 +105,15 @@ def _owner_problem(path, st, uids):
 
 def _dir_problem(path, st, child, child_st, uids):
     """``path`` (a directory, ``st``) as the place of ``child`` (``child_st``: its lstat, None when
-    missing)."""
+    missing). The ``Untrusted`` it gives also names that ``child`` and whether it exists."""
+    problem = _place_problem(path, st, child, child_st, uids)
+    if problem:
+        problem.child = child
+        problem.child_exists = child_st is not None
+    return problem
+
+
+def _place_problem(path, st, child, child_st, uids):
     problem = _owner_problem(path, st, uids)
     if problem or not writable_by_others(st.st_mode):
         return problem
@@ -134,6 +145,15 @@ def untrusted_component(path, uids=None):
     none. Walks from ``/`` down (the rules are in the module's docstring); what does not exist yet
     ends the walk. ``uids`` is the set of trusted owners (``trusted_uids()`` by default).
     """
+    return next(untrusted_components(path, uids), None)
+
+
+def untrusted_components(path, uids=None, final=True):
+    """Every place on ``path`` another user could change, as ``Untrusted``, from ``/`` down (a
+    generator: ``untrusted_component`` takes the first). With ``final`` false the path itself is
+    not judged, only the directories on the way to it and the links there (for a directory the
+    caller makes its own: chown and chmod).
+    """
     uids = trusted_uids() if uids is None else frozenset(uids)
     if not os.path.isabs(path):
         path = os.path.join(os.getcwd(), path)
@@ -158,8 +178,10 @@ def untrusted_component(path, uids=None):
                 raise
             child_st = None
         problem = _dir_problem(current, current_st, child, child_st, uids)
-        if problem or child_st is None:
-            return problem
+        if problem:
+            yield problem
+        if child_st is None:
+            return
         if stat.S_ISLNK(child_st.st_mode):
             links += 1
             if links > _MAX_LINKS:
@@ -172,9 +194,11 @@ def untrusted_component(path, uids=None):
                 current_st = os.lstat(current)
             continue
         if pending and not stat.S_ISDIR(child_st.st_mode):
-            return None  # "not a directory": nothing can be used below it
+            return  # "not a directory": nothing can be used below it
         current, current_st = child, child_st
-    return _final_problem(current, current_st, uids)
+    problem = _final_problem(current, current_st, uids) if final else None
+    if problem:
+        yield problem
 
 
 def _lock_file(name, st):

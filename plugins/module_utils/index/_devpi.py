@@ -50,7 +50,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._http impo
     is_loopback,
     shown_url,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import split_userinfo, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import split_userinfo, strip_userinfo
 
 try:  # Python 3
     from urllib.parse import urljoin, urlsplit

@@ -171,7 +171,7 @@ class NvidiaSmiError(GpuError):
 SCRUBBED_ENV = ("PYTHONPATH", "PYTHONHOME")
 
 
-def tail(text, limit=OUTPUT_TAIL):
+def last_chars(text, limit=OUTPUT_TAIL):
     """The end of ``text``, at most ``limit`` characters."""
     text = (text or "").strip()
     return text if len(text) <= limit else "..." + text[-limit:]
@@ -260,7 +260,7 @@ def parse_xml(text):
     if start < 0:
         start = text.find("<nvidia_smi_log")
     if start < 0:
-        raise NvidiaSmiError("nvidia-smi -q -x printed no XML: %s" % tail(text, 300))
+        raise NvidiaSmiError("nvidia-smi -q -x printed no XML: %s" % last_chars(text, 300))
     try:
         root = ET.fromstring(text[start:].strip().encode("utf-8"))
     except ET.ParseError as exc:
@@ -329,10 +329,10 @@ def gather_facts(run, nvidia_smi, timeout=30):
         text = (out + "\n" + err).strip()
     if rc != 0:
         if _no_driver(rc, text):
-            facts["driver_error"] = tail(text, 500) or "nvidia-smi exited %d" % rc
+            facts["driver_error"] = last_chars(text, 500) or "nvidia-smi exited %d" % rc
             return facts
         raise NvidiaSmiError(
-            "%s exited %d: %s" % (" ".join(query_argv(nvidia_smi, fields)), rc, tail(text, 1000))
+            "%s exited %d: %s" % (" ".join(query_argv(nvidia_smi, fields)), rc, last_chars(text, 1000))
         )
     driver, gpus = parse_query(out, fields)
 
@@ -340,9 +340,9 @@ def gather_facts(run, nvidia_smi, timeout=30):
     if rc != 0:
         text = (out + "\n" + err).strip()
         if _no_driver(rc, text):
-            facts["driver_error"] = tail(text, 500)
+            facts["driver_error"] = last_chars(text, 500)
             return facts
-        raise NvidiaSmiError("%s -q -x exited %d: %s" % (nvidia_smi, rc, tail(text, 1000)))
+        raise NvidiaSmiError("%s -q -x exited %d: %s" % (nvidia_smi, rc, last_chars(text, 1000)))
     info = parse_xml(out)
 
     facts["driver_version"] = info["driver_version"] or driver
@@ -505,7 +505,7 @@ def compute_check(run, python, timeout, env=None, engine="vllm"):
     rc, out, err, timed_out = res.rc, res.out, res.err, res.timed_out
     doc, rest = parse_check_output(out)
     doc = doc or {}
-    output = tail("\n".join(part for part in (rest.strip(), err.strip()) if part))
+    output = last_chars("\n".join(part for part in (rest.strip(), err.strip()) if part))
     result = {
         "ok": bool(doc.get("ok")) and rc == 0 and not timed_out,
         "python": python,
@@ -563,5 +563,5 @@ def failure_message(result):
     if result.get("classification"):
         parts.append("[%s] %s" % (result["classification"], result.get("hint") or ""))
     if result.get("output"):
-        parts.append("output: %s" % tail(result["output"], 1500))
+        parts.append("output: %s" % last_chars(result["output"], 1500))
     return "; ".join(parts)

@@ -6,8 +6,9 @@
 Where each served model of a node runs: the GPUs it is given (``engine_service_models[].gpus``,
 indices or UUIDs as ``gpu_probe`` reports them), its parallel sizes, the range of internal ports
 vLLM takes from its ``VLLM_PORT``, and whether the models fit the node's GPUs. Pure functions, no
-I/O; the engine_service filters (``plugins/filter/service.py``, ``placement.py``, ``rollout.py``)
-are their callers, so the unit a model gets and the preflight that checks it read the same values.
+I/O; the engine_service filters (``plugins/filter/engine_service_checks.py``,
+``engine_service_units.py``, ``engine_service_placement.py``) are their callers, so the unit a model
+gets and the preflight that checks it read the same values.
 
 Internal ports. vLLM takes the ports of its own processes (the distributed init of its workers, the
 data-parallel coordinator, message queues between hosts) from ``VLLM_PORT`` upwards, one more each
@@ -23,8 +24,9 @@ A range that would hold any model's API port is skipped. ``internal_port`` of a 
 
 from __future__ import annotations
 
-import json
 import re
+
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text, whole
 
 # A GPU's UUID as nvidia-smi prints it (and CUDA_VISIBLE_DEVICES takes it).
 UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -57,28 +59,6 @@ UTILIZATION = ("--gpu-memory-utilization",)
 VARIABLE = "engine_service_models"
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-
-
-def json_text(value):
-    """A value as JSON for a message (its repr when it is not JSON)."""
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def whole(value, low, high=None, digits=10):
-    """A whole number from ``low`` (to ``high``) as an int, or None (bools are not numbers; a string of
-    more than ``digits`` digits is not read)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,%d}" % digits, value.strip()):
-        number = int(value.strip())
-    else:
-        return None
-    return number if number >= low and (high is None or number <= high) else None
 
 
 def size_text(count):

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 
 #: The phases, in the order a starting server goes through them.
 PHASES = ("starting", "health", "models", "completion", "ready")
@@ -195,7 +195,7 @@ class Unit:
         res = self.run(self.show_argv(), timeout=SYSTEMCTL_TIMEOUT)
         if res.rc != 0 or res.timed_out:
             why = "did not answer within %d s" % SYSTEMCTL_TIMEOUT if res.timed_out else \
-                "exited %s: %s" % (res.rc, tail(res.output) or "no output")
+                "exited %s: %s" % (res.rc, last_lines(res.output) or "no output")
             raise UnitUnreadable(
                 "reading the state of unit %s failed: %s %s; is it a systemd node, and may this "
                 "user read the unit?" % (self.name, " ".join(self.show_argv()), why))
@@ -208,7 +208,7 @@ class Unit:
             return [], "journalctl was not found"
         res = self.run(self.journal_argv(), timeout=SYSTEMCTL_TIMEOUT)
         if res.rc != 0 or res.timed_out:
-            return [], "%s exited %s: %s" % (" ".join(self.journal_argv()), res.rc, tail(res.output) or "no output")
+            return [], "%s exited %s: %s" % (" ".join(self.journal_argv()), res.rc, last_lines(res.output) or "no output")
         return res.out.splitlines(), None
 
     def start_monotonic(self, state):
@@ -289,7 +289,7 @@ class Gate:
         self.result["journal"] = lines
         if problem:
             return "%s; no journal: %s" % (msg, problem)
-        shown = tail("\n".join(lines), MSG_JOURNAL_LINES)
+        shown = last_lines("\n".join(lines), MSG_JOURNAL_LINES)
         return "%s; journal of %s (last lines; %d in 'journal'): %s" % (
             msg, self.unit.name, len(lines), shown or "empty")
 

@@ -26,7 +26,9 @@ import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     CleanupFailed, NotAnEnvironment, SwitchFailed)
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import normalize_sha256, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import free_bytes, fsync_dir, json_file_text, write_json_atomic
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import normalize_sha256
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import text_sha256
 
 MARKER_NAME = ".llmfleet-engine.json"
@@ -167,19 +169,7 @@ def rebuild_reasons(state, wanted, force=False):
 
 
 def available_gb(directory):
-    st = os.statvfs(directory)
-    return st.f_bavail * st.f_frsize / float(1 << 30)
-
-
-def nearest_existing(path):
-    """``path`` or its nearest ancestor that exists (where a directory to be made will live)."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
+    return free_bytes(directory)[0] / float(1 << 30)
 
 
 def filesystem_of(directory):
@@ -188,7 +178,7 @@ def filesystem_of(directory):
 
 
 def marker_json(marker):
-    return json.dumps(marker, indent=2, sort_keys=True) + "\n" if marker else ""
+    return json_file_text(marker) if marker else ""
 
 
 def remove_tree(path):
@@ -286,31 +276,9 @@ def discard_tree(path):
         return False
     trash = trash_name(path)
     os.rename(path, trash)
-    _fsync_dir(os.path.dirname(trash))
+    fsync_dir(os.path.dirname(trash), quiet=True)
     remove_tree(trash)
     return True
-
-
-def _fsync_dir(directory):
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_json_atomic(path, data):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(marker_json(data))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def _read_json(path):
@@ -400,7 +368,7 @@ def switch_into_place(partial, path, rename=os.rename):
         raise SwitchFailed(
             "renaming %s to %s failed (%s); the previous environment is back in place" % (partial, path, exc)
         )
-    _fsync_dir(os.path.dirname(path))
+    fsync_dir(os.path.dirname(path), quiet=True)
     warnings = []
     if had_old:
         try:

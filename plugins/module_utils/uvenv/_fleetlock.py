@@ -36,12 +36,13 @@ import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     InstallTimeout, LockInvalid, LockMismatch, OptionError, ResolveFailed, UvUnusable)
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import tail
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
-    index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, redact, requirement_lines,
-    strip_userinfo)
+    index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, requirement_lines)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_expect, lock_text_problems, lock_versions, parse_lock, text_sha256)
 
@@ -66,32 +67,6 @@ def _sha256_of_file(path):
             return text_sha256(handle.read().decode("utf-8", "replace"))
     except OSError:
         return None
-
-
-def write_beside(path, data, mode=0o644):
-    """``data`` (bytes) into ``path`` atomically: a new file beside it made by ``mkstemp`` (O_EXCL, a
-    name nobody can guess, so no link planted in the directory is followed), written, fsync'd, its mode
-    set through its descriptor, then renamed over ``path``; the directory fsync'd."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class FleetLock:
@@ -174,7 +149,7 @@ class FleetLock:
         version = parse_uv_version(result.out)
         if result.rc != 0 or version is None:
             raise UvUnusable("%s --version did not answer like uv (rc %s): %s; set the uv option to the uv binary"
-                             % (self.uv, result.rc, tail(result.output) or "no output"))
+                             % (self.uv, result.rc, last_lines(result.output) or "no output"))
         return version
 
     def inputs(self, uv_version):
@@ -257,7 +232,7 @@ class FleetLock:
             raise InstallTimeout("compiling the lock for %s did not finish within timeout (%s s)"
                                  % (self.label(), self.p["timeout"]))
         res = self.run(argv, data=data, env=self.env(), timeout=left)
-        output = redact(tail(res.output), self.secrets)
+        output = redact(last_lines(res.output), self.secrets)
         if res.timed_out:
             raise InstallTimeout("%s did not finish within timeout (%s s)" % (what, self.p["timeout"]),
                                  uv_output=output, cmd=redact(argv, self.secrets))
@@ -325,14 +300,14 @@ class FleetLock:
                               "writing the lock for %s as pylock.toml" % self.label())
                 with open(out, "rb") as handle:
                     data = handle.read()
-                write_beside(self.pylock, data)
+                write_atomic(self.pylock, data)
                 pylock_sha = text_sha256(data.decode("utf-8", "replace"))
-            write_beside(self.dest, text.encode("utf-8"))
+            write_atomic(self.dest, text.encode("utf-8"))
             lock_sha = text_sha256(text)
             state = {"format": STATE_FORMAT, "inputs": wanted, "lock_sha256": lock_sha,
                      "pylock_sha256": pylock_sha, "packages": lock_versions(entries),
                      "compiled_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            write_beside(self.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+            write_atomic(self.state_path, (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         self.cmd = redact(argv, self.secrets)

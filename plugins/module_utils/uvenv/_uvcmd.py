@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import OptionError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import (
+    CONTROL_CHARS, EXPANDS_WHY, percent_decoded, split_userinfo, strip_userinfo, url_secrets, url_text_problem)
 
 # The only UV_* variables a uv command inherits from the node. Every other one is dropped
 # (``scrub_environ``): uv reads dozens, and many change what is installed or how files are
@@ -50,9 +52,6 @@ LINK_MODE = "clone"
 # UV_INDEX_<NAME>_USERNAME and UV_INDEX_<NAME>_PASSWORD.
 DEFAULT_INDEX_NAME = "llmfleet-default"
 EXTRA_INDEX_NAME = "llmfleet-extra-%d"
-
-# scheme://userinfo@ at the start of a URL, anywhere in a text
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
 
 # uv refusing for lack of a wheel it may install (with --no-build), as uv 0.13 words it:
 #   "Because vllm==0.20.0 has no wheels with a matching platform tag (e.g., `manylinux_2_17_x86_64`)"
@@ -110,65 +109,13 @@ def exclude_newer_package_args(per_package):
     return args
 
 
-# -- credentials in URLs -----------------------------------------------------------------------
-
-
-def split_userinfo(url):
-    """``https://user:token@host/simple`` -> (``https://host/simple``, ``user``, ``token``).
-
-    User and password come percent-decoded, None where the URL has none; a URL without
-    credentials (or a local path) comes back unchanged.
-    """
-    if not url:
-        return url, None, None
-    match = _USERINFO.match(url)
-    if not match:
-        return url, None, None
-    user, sep, password = match.group(2).partition(":")
-    clean = match.group(1) + url[match.end():]
-    return clean, unquote(user) or None, (unquote(password) or None) if sep else None
-
-
-def strip_userinfo(url):
-    """The URL without its credentials: what the marker records and the logs may show."""
-    return split_userinfo(url)[0]
-
-
-def url_secrets(*urls):
-    """The secrets the URLs carry: each password, or the user where there is no password (a
-    token given as the user, ``https://TOKEN@host/``)."""
-    found = set()
-    for url in urls:
-        _clean, user, password = split_userinfo(url)
-        if password:
-            found.add(password)
-        elif user:
-            found.add(user)
-    return found
+# -- credentials in URLs (split, stripped and redacted by common._urls) ------------------------
 
 
 def param_secrets(params):
     """``url_secrets`` of every URL option of uv_engine_env."""
     return url_secrets(params.get("index_url"), params.get("python_install_mirror"),
                        (params.get("wheel") or {}).get("url"), *(params.get("extra_index_url") or []))
-
-
-def redact(value, secrets=()):
-    """Credentials out of a text, or of every text in a list or dict: the userinfo of any URL,
-    and any of ``secrets`` (as given or percent-encoded) wherever it appears; a secret shorter
-    than 4 characters is left to the URL rule (replacing it everywhere would garble the text)."""
-    if isinstance(value, dict):
-        return {k: redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(v, secrets) for v in value]
-    if not isinstance(value, str):
-        return value
-    text = _USERINFO.sub(r"\1", value)
-    for secret in sorted(secrets or (), key=len, reverse=True):
-        for form in (secret, quote(secret, safe="")):
-            if len(form) >= 4:
-                text = text.replace(form, "********")
-    return text
 
 
 def _named_indexes(index_url=None, extra_index_url=None):
@@ -260,38 +207,6 @@ def check_wheel_credentials(wheel_url, index_url=None, extra_index_url=None):
 # tool on the way may decode it), nor white space or a control character in a URL (a line break
 # starts a line of the attacker's own; the line parsers here and uv's must agree on where lines end).
 LINE_BREAKERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x85\u2028\u2029]")
-_URL_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f\x85\u2028\u2029]")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-_EXPANDS = ("uv expands ${NAME} in requirement lines from its environment, where the indexes' credentials are, "
-            "so uv would send them to whoever serves that URL")
-
-
-def percent_decoded(text, rounds=5):
-    """``text`` with its ``%`` escapes decoded until nothing changes (``%2524`` -> ``%24`` -> ``$``)."""
-    for _round in range(rounds):
-        plain = unquote(text)
-        if plain == text:
-            break
-        text = plain
-    return text
-
-
-def url_text_problem(url):
-    """Why ``url`` (without its userinfo, which never reaches a line) cannot be written into a
-    requirement or lock line, or None: a ``$``, a ``%`` escape of one, white space or a control
-    character, as given or decoded."""
-    text = strip_userinfo(str(url))
-    if "$" in text:
-        return "it holds a '$' (%s)" % _EXPANDS
-    if _URL_FORBIDDEN.search(text):
-        return "it holds white space or a control character (%r)" % _URL_FORBIDDEN.search(text).group(0)
-    plain = percent_decoded(text)
-    if "$" in plain:
-        return "it holds a %-escape that decodes to '$' (" + _EXPANDS + ")"
-    control = _CONTROL.search(plain)
-    if control:
-        return "it holds a %%-escape that decodes to a control character (%r)" % control.group(0)
-    return None
 
 
 def line_text_problem(line):
@@ -299,8 +214,8 @@ def line_text_problem(line):
     ``$`` anywhere, a control character, or a direct reference whose URL ``url_text_problem`` refuses."""
     text = str(line)
     if "$" in text:
-        return "it holds a '$' (%s)" % _EXPANDS
-    control = _CONTROL.search(text)
+        return "it holds a '$' (%s)" % EXPANDS_WHY
+    control = CONTROL_CHARS.search(text)
     if control:
         return "it holds a control character or a line break (%r)" % control.group(0)
     if "@" in text.split("://", 1)[0]:
@@ -310,7 +225,7 @@ def line_text_problem(line):
         if problem:
             return problem
     if "$" in percent_decoded(text):
-        return "it holds a %-escape that decodes to '$' (" + _EXPANDS + ")"
+        return "it holds a %-escape that decodes to '$' (" + EXPANDS_WHY + ")"
     return None
 
 

@@ -47,23 +47,26 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     LOCK_FILE_NAME, MARKER_FORMAT, MARKER_NAME, available_gb, clear_debris, discard_tree, file_sha256,
     inspect_env, marker_json, pending_debris, rebuild_reasons, refuse_foreign, remove_tree,
-    switch_into_place, wanted_spec, write_json_atomic)
+    switch_into_place, wanted_spec)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import nearest_existing, write_json_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
-    GpuCheckFailed, InstallFailed, InstallTimeout, LockBusy, LockInvalid, LockMismatch, NotEnoughSpace, ResolveFailed,
-    UvEnvError, UvUnusable, VenvFailed, VerifyFailed)
+    GpuCheckFailed, InstallFailed, InstallTimeout, LlmfleetError, LockBusy, LockInvalid, LockMismatch, NotEnoughSpace,
+    ResolveFailed, UvUnusable, VenvFailed, VerifyFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import (
-    PathLock, Progress, busy_message, holder_text, utc_now)
+    PathLock, busy_message, holder_text)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress import ProgressFile, utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
-    param_secrets, parse_uv_version, python_find_argv, python_install_argv, redact, requirement_lines,
-    resolve_command, strip_userinfo, uv_environ, venv_argv, verify_argv)
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, tail
+    param_secrets, parse_uv_version, python_find_argv, python_install_argv, requirement_lines,
+    resolve_command, uv_environ, venv_argv, verify_argv)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_expect, lock_text_problems, lock_versions, normalize_name, parse_lock, text_sha256,
     versions_match)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
-    nearest_existing, start_partial)
+    start_partial)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     CleanupFailed, NotAnEnvironment, OptionError)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envshare import (
@@ -176,7 +179,7 @@ class EngineEnv:
                 "dependencies are neither pinned nor checked). Choose a build whose wheel fits this "
                 "node, or a node that fits the wheel. uv: %s. The environment at %s is unchanged."
                 % (what, node, package, " (%s)" % why if why else "",
-                   redact(tail(output), self.secrets), self.path))
+                   redact(last_lines(output), self.secrets), self.path))
 
     def uv_version(self):
         if not self.uv or not os.path.isfile(self.uv) or not os.access(self.uv, os.X_OK):
@@ -187,7 +190,7 @@ class EngineEnv:
         if result.rc != 0 or version is None:
             raise UvUnusable(
                 "%s --version did not answer like uv (rc %s): %s; set the uv option to the uv "
-                "binary" % (self.uv, result.rc, tail(result.output) or "no output")
+                "binary" % (self.uv, result.rc, last_lines(result.output) or "no output")
             )
         return version
 
@@ -526,8 +529,9 @@ class EngineEnv:
     def _build(self, wanted, lock):
         p = self.p
         deadline = self.clock() + p["timeout"]
-        progress = Progress(self.progress_path, {"path": self.path, "engine": p["engine"],
-                                                 "version": p["version"], "build": p.get("build")})
+        progress = ProgressFile(self.progress_path, {
+            "path": self.path, "engine": p["engine"], "version": p["version"], "build": p.get("build"),
+            "pid": os.getpid(), "started": utc_now(), "step": None, "step_started": None, "done": []})
         cache_lock = None
         ok = False
         made_partial = False
@@ -553,7 +557,7 @@ class EngineEnv:
 
             def uv(step, argv, error, what, data=None):
                 res = run(argv, data=data, env=env, cwd=self.parent, timeout=remaining(step))
-                output = redact(tail(res.output), self.secrets)
+                output = redact(last_lines(res.output), self.secrets)
                 if res.timed_out:
                     raise InstallTimeout(self._timeout_msg(step), uv_output=output)
                 if res.rc != 0:
@@ -671,8 +675,8 @@ class EngineEnv:
             lines = found.out.strip().splitlines()
             if found.timed_out or found.rc != 0 or not lines or not os.path.isabs(lines[-1].strip()):
                 raise VenvFailed("%s failed (uv exit %s): %s. The environment at %s is unchanged."
-                                 % (what, found.rc, redact(tail(found.output), self.secrets) or "no output", self.path),
-                                 uv_output=redact(tail(found.output), self.secrets))
+                                 % (what, found.rc, redact(last_lines(found.output), self.secrets) or "no output", self.path),
+                                 uv_output=redact(last_lines(found.output), self.secrets))
             request = lines[-1].strip()
         self.check_program("python", request, "the Python interpreter uv venv runs to make the environment")
         return request
@@ -734,9 +738,9 @@ class EngineEnv:
                     "%s is installed in %s but verify_command %s %s: %s. The environment at %s "
                     "is unchanged." % (self._label(), env_dir, " ".join(p["verify_command"]),
                                        "timed out" if res.timed_out else "exited %s" % res.rc,
-                                       tail(res.output) or "no output", self.path),
-                    verify_output=tail(res.output))
-            return {"command": list(p["verify_command"]), "rc": res.rc, "output": tail(res.out, 3)}
+                                       last_lines(res.output) or "no output", self.path),
+                    verify_output=last_lines(res.output))
+            return {"command": list(p["verify_command"]), "rc": res.rc, "output": last_lines(res.out, 3)}
         import_name = p.get("import_name") or p["engine"].replace("-", "_")
         res = run(verify_argv(python_bin, import_name), env=self._check_env(env_dir), cwd=env_dir,
                   timeout=budget)
@@ -752,8 +756,8 @@ class EngineEnv:
             raise VerifyFailed(
                 "%s is installed in %s but 'import %s' fails there: %s. The environment at %s is "
                 "unchanged." % (self._label(), env_dir, import_name,
-                                tail(res.output) or "no output", self.path),
-                verify_output=tail(res.output))
+                                last_lines(res.output) or "no output", self.path),
+                verify_output=last_lines(res.output))
         got = info.get("version")
         if not versions_match(got, p["version"]):
             raise VerifyFailed(
@@ -887,7 +891,7 @@ class _Step:
 
     def __exit__(self, exc_type, exc, tb):
         self.flow.steps.append({"name": self.name, "seconds": round(self.flow.clock() - self.start, 3)})
-        if exc is not None and isinstance(exc, UvEnvError):
+        if exc is not None and isinstance(exc, LlmfleetError):  # a busy lock and too little space too
             exc.details.setdefault("failed_step", self.name)
         return False
 

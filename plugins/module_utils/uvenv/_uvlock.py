@@ -14,8 +14,8 @@ import re
 from urllib.parse import unquote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pep440
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
-    LINE_BREAKERS, percent_decoded, normalize_sha256, redact, url_text_problem)
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import percent_decoded, redact, url_text_problem
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import LINE_BREAKERS, normalize_sha256
 
 
 def normalize_name(name):

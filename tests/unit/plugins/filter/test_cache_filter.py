@@ -1,4 +1,4 @@
-"""engine_cache's variable checks (plugins/filter/cache.py): each bad value named with its variable, its
+"""engine_cache's variable checks (plugins/filter/engine_cache.py): each bad value named with its variable, its
 value (never the password) and what is allowed; the texts are those the role printed when this was a Jinja
 expression in its tasks/main.yml."""
 
@@ -15,7 +15,7 @@ from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-F = filter_plugin("cache").FilterModule().filters()
+F = filter_plugin("engine_cache").FilterModule().filters()
 PASSWORD = "planted-devpi-password-7f3a"
 
 

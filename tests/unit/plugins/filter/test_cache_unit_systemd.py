@@ -20,7 +20,7 @@ from tests.unit.plugins.filter.test_service_units_systemd import ANALYZE, dump_w
 REPO = pathlib.Path(__file__).resolve().parents[4]
 TEMPLATE = REPO / "roles" / "engine_cache" / "templates" / "llmfleet-devpi.service.j2"
 UNIT_DIR = "/etc/systemd/system"
-F = filter_plugin("cache").FilterModule().filters()
+F = filter_plugin("engine_cache").FilterModule().filters()
 
 
 def render(root, listen, port=3141):

@@ -1,4 +1,4 @@
-"""engine_node_exclude_newer_package (plugins/filter/cutoff.py), and through it the lock item's
+"""engine_node_exclude_newer_package (plugins/filter/engine_node_lock.py), and through it the lock item's
 ``exclude_newer_package``: a release whose aarch64 wheel came after the cut-off (issue 30, finding 6)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
-cutoff = filter_plugin("cutoff")
-node_report = filter_plugin("node_report")
+cutoff = filter_plugin("engine_node_lock")
+node_report = filter_plugin("engine_node_lock")
 AnsibleFilterError = filter_error()
 LIFT = cutoff.FilterModule().filters()["engine_node_exclude_newer_package"]
 LOCK_ITEM = node_report.FilterModule().filters()["engine_node_lock_item"]

@@ -1,4 +1,4 @@
-"""The engine_cache role's hub mirror filters (plugins/filter/hub_mirror.py).
+"""The engine_cache role's hub mirror filters (plugins/filter/engine_cache_hub_mirror.py, engine_cache_nginx.py).
 
 The nginx configuration is data: every value that would end a directive, open or close a block, start a
 comment, a string or a variable is refused with its variable's name and value (the token's never shown);
@@ -26,8 +26,10 @@ NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin
 TOKEN = "hf_PLANTEDsecretTOKEN0123456789"
 
 
-M = filter_plugin("hub_mirror")
-F = M.FilterModule().filters()
+M = filter_plugin("engine_cache_hub_mirror")
+NGINX_CONF = filter_plugin("engine_cache_nginx")
+F = dict(M.FilterModule().filters(), **NGINX_CONF.FilterModule().filters())
+del F["engine_cache_hub_mirror_where"]  # tested in test_engine_cache_steps_filter.py
 conf = F["engine_cache_hub_mirror_conf"]
 problems = F["engine_cache_hub_mirror_problems"]
 token_conf = F["engine_cache_hub_mirror_token_conf"]

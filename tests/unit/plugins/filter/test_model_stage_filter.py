@@ -7,7 +7,7 @@ import pytest
 from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
 
 # imported without leaving the process in controller mode (see _plugins)
-engine_service_stage_space = filter_plugin("model_stage").engine_service_stage_space
+engine_service_stage_space = filter_plugin("engine_service_stage").engine_service_stage_space
 AnsibleFilterError = filter_error()
 
 MIB = 1024 * 1024

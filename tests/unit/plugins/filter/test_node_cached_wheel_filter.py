@@ -8,7 +8,8 @@ import pytest
 
 from tests.unit.plugins.filter._plugins import filter_plugin
 
-FILTERS = filter_plugin("node_report").FilterModule().filters()
+FILTERS = dict(filter_plugin("engine_node").FilterModule().filters(),
+               **filter_plugin("engine_node_wheels").FilterModule().filters())
 CACHE = "http://cache.example:3141"
 ASSET = {"url": "https://github.com/vllm-project/vllm/releases/download/v0.20.0/vllm-0.20.0%2Bcu129-cp38-abi3-"
                 "manylinux_2_28_x86_64.whl", "sha256": "3" * 64}

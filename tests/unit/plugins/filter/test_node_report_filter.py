@@ -1,4 +1,5 @@
-"""The words of the engine_node role (plugins/filter/node_report.py): each case pins the exact text.
+"""The words of the engine_node role (plugins/filter/engine_node.py, engine_node_wheels.py, engine_node_lock.py,
+engine_report.py): each case pins the exact text.
 
 The expected strings are written out by hand (they are what the role printed when these were Jinja
 expressions in its task files); tests/system/test_role_fleet.py reads some of them back from
@@ -19,9 +20,17 @@ SPEC = REPO / "roles" / "engine_node" / "meta" / "argument_specs.yml"
 
 
 # imported without leaving the process in controller mode (see _plugins.py)
-node_report = filter_plugin("node_report")
+node_report = filter_plugin("engine_report")
 AnsibleFilterError = filter_error()
-FILTERS = node_report.FilterModule().filters()
+# the filters this file tests, from engine_node.py, engine_node_wheels.py, engine_node_lock.py and
+# engine_report.py; the others of those files have tests of their own (test_wheel_origin_filter.py,
+# test_cutoff_filter.py, test_serving_filter.py)
+FILTERS = {}
+for _plugin in ("engine_node", "engine_node_wheels", "engine_node_lock", "engine_report"):
+    FILTERS.update(filter_plugin(_plugin).FilterModule().filters())
+for _elsewhere in ("engine_node_uv_wheel_problem", "engine_node_github_wheel",
+                   "engine_node_exclude_newer_package", "engine_report_serving", "engine_report_targets"):
+    del FILTERS[_elsewhere]
 FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_runtime_mismatch"]
 
 

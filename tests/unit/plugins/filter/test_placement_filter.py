@@ -16,7 +16,7 @@ from tests.unit.plugins.filter.test_service_filter import F as SERVICE
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-P = filter_plugin("placement").FilterModule().filters()
+P = filter_plugin("engine_service_placement").FilterModule().filters()
 ENV = "0.20.0-cu13"
 
 

@@ -1,4 +1,6 @@
-"""plugins/filter/rollout.py: the unit files kept for a rollback, the units a change rewrites."""
+"""plugins/filter/engine_service_rollout.py: the unit files kept for a rollback, the units a change rewrites;
+and engine_service_seconds_problem (engine_service_checks.py), engine_service_tensor_parallel
+(engine_service_placement.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import base64
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmfleet.engines.plugins.filter import rollout
+from ansible_collections.llmfleet.engines.plugins.filter import engine_service_checks as checks
+from ansible_collections.llmfleet.engines.plugins.filter import engine_service_placement as placement
+from ansible_collections.llmfleet.engines.plugins.filter import engine_service_rollout as rollout
 
 
 def read(unit, text=None):
@@ -42,7 +46,7 @@ def test_results_that_are_not_a_looped_slurp_of_units_are_refused(bad):
     (None, 0, False), ("60\n", 60, True),
 ])
 def test_seconds_problem(value, least, ok):
-    problems = rollout.engine_service_seconds_problem(value, "engine_service_lock_wait", least)
+    problems = checks.engine_service_seconds_problem(value, "engine_service_lock_wait", least)
     assert (problems == []) is ok
     if not ok:
         assert problems[0].startswith("variable engine_service_lock_wait is ")
@@ -55,7 +59,7 @@ def test_seconds_problem(value, least, ok):
     (["--tensor_parallel_size", "2"], 2), (["-tp=3"], 3),
 ])
 def test_tensor_parallel_size(args, size):
-    assert rollout.engine_service_tensor_parallel({"name": "m", "args": args}) == size
+    assert placement.engine_service_tensor_parallel({"name": "m", "args": args}) == size
 
 
 @pytest.mark.parametrize("gpus, args, size", [
@@ -64,4 +68,4 @@ def test_tensor_parallel_size(args, size):
 ])
 def test_tensor_parallel_size_of_a_model_with_gpus(gpus, args, size):
     """Without --tensor-parallel-size in its args, a model on gpus runs on all of them (the role passes the size)."""
-    assert rollout.engine_service_tensor_parallel({"name": "m", "gpus": gpus, "args": args}) == size
+    assert placement.engine_service_tensor_parallel({"name": "m", "gpus": gpus, "args": args}) == size

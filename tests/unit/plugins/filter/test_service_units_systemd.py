@@ -1,4 +1,4 @@
-"""What systemd itself makes of the units engine_service_units renders (plugins/filter/service.py).
+"""What systemd itself makes of the units engine_service_units renders (plugins/filter/engine_service_units.py).
 
 For nasty but valid values (quotes, backslashes, ``$``, ``%``, ``;``, spaces, UTF-8, empty words), each
 unit's text is written, as the role writes it, into a scratch root, with a fake executable at its

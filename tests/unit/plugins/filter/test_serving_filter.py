@@ -1,4 +1,4 @@
-"""The fleet report's serving state and Prometheus targets (plugins/filter/serving.py), the access log
+"""The fleet report's serving state and Prometheus targets (plugins/filter/engine_service_status.py, engine_report.py), the access log
 flag of the units (engine_service_units), and the README's scrape job and alert rules.
 
 The units are read back from the files engine_service_units renders: what is read must be what was
@@ -21,8 +21,9 @@ from tests.unit.plugins.filter.test_node_report_filter import AnsibleFilterError
 REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
-serving, service = filter_plugin("serving"), filter_plugin("service")
-F = dict(serving.FilterModule().filters(), **service.FilterModule().filters())
+serving, service = filter_plugin("engine_service_status"), filter_plugin("engine_service_units")
+report = filter_plugin("engine_report")
+F = dict(serving.FilterModule().filters(), **service.FilterModule().filters(), **report.FilterModule().filters())
 ENV = "0.20.0-cu13"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 QWEN = {"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}
@@ -329,4 +330,4 @@ def test_readme_scrape_job_and_alert_rules():
         # every label an annotation names is one the expression keeps (host and name from file_sd)
         for label in re.findall(r"\$labels\.([a-z_]+)", json.dumps(rule["annotations"])):
             assert label in ("host", "name", "model_name", "instance"), label
-    assert used == set(serving.ALERT_METRICS)
+    assert used == set(report.ALERT_METRICS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.filter.wheel_origin import (
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node_wheels import (
     engine_node_github_wheel, engine_node_uv_wheel_problem)
 
 INDEX = "http://127.0.0.1:8080"

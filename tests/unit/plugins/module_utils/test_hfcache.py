@@ -1,4 +1,4 @@
-"""_hfcache: the hub cache layout (as the real huggingface_hub computes it), the hashes, the streaming
+"""hub._cache, _fetch, _snapshot: the hub cache layout (as the real huggingface_hub computes it), the hashes, the streaming
 fetch (ranges, redirects, retries, the token kept to its origin) against small HTTP servers on
 127.0.0.1, refused downloads, pruning and the free-space check."""
 
@@ -14,17 +14,13 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfcache import (
-    AccessDenied,
-    Fetcher,
-    IntegrityError,
-    NotEnoughSpace,
-    NotFound,
-    Refused,
-    Snapshot,
-    Unreachable,
-)
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache, _fetch, _hfhub, _snapshot
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http, _progress
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import NotEnoughSpace
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import NotFoundError as NotFound, UnreachableError as Unreachable
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import IntegrityError
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._fetch import AccessDenied, Fetcher, Refused
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._snapshot import Snapshot
 
 TOKEN = "hf_unitTestSecret0123456789"
 COMMIT = "a" * 40
@@ -122,7 +118,7 @@ def cdn():
 @pytest.fixture(autouse=True)
 def _no_sleep(monkeypatch):
     waits = []
-    monkeypatch.setattr(_hfcache, "_sleep", waits.append)
+    monkeypatch.setattr(_http, "_sleep", waits.append)
     return waits
 
 
@@ -182,7 +178,7 @@ def tree(top):
 def test_repo_folder_is_what_huggingface_hub_names_it():
     from huggingface_hub.file_download import repo_folder_name
 
-    assert _hfcache.repo_folder("Org.x/Name_1-b") == repo_folder_name(repo_id="Org.x/Name_1-b", repo_type="model")
+    assert _cache.repo_folder("Org.x/Name_1-b") == repo_folder_name(repo_id="Org.x/Name_1-b", repo_type="model")
 
 
 @pytest.mark.parametrize("path", ["config.json", "original/params.json", "a/b/c/model.safetensors"])
@@ -197,17 +193,17 @@ def test_link_target_is_what_huggingface_hub_writes(tmp_path, path):
     pointer = _get_pointer_path(str(storage), COMMIT, path)
     os.makedirs(os.path.dirname(pointer))
     _create_symlink(str(blob), pointer, new_blob=False)
-    assert os.readlink(pointer) == _hfcache.link_target(path, "f" * 64)
+    assert os.readlink(pointer) == _cache.link_target(path, "f" * 64)
 
 
 def test_digests_are_sha256_and_the_git_blob_id():
     data = b"hello\n"
-    digest = _hfcache.Digest(git("a", data))
+    digest = _cache.Digest(git("a", data))
     digest.update(data)
     # `git hash-object` of "hello\n", as git itself prints it
     assert digest.hexdigest() == "ce013625030ba8dba906f756967f9e9ca394464a"
     assert digest.problem() is None
-    digest = _hfcache.Digest({"path": "a", "size": 6, "sha256": hashlib.sha256(b"HELLO\n").hexdigest()})
+    digest = _cache.Digest({"path": "a", "size": 6, "sha256": hashlib.sha256(b"HELLO\n").hexdigest()})
     digest.update(data)
     assert digest.problem() == "sha256 %s, not the lock's %s" % (
         hashlib.sha256(data).hexdigest(), hashlib.sha256(b"HELLO\n").hexdigest())
@@ -222,9 +218,9 @@ def test_digests_are_sha256_and_the_git_blob_id():
 ])
 def test_a_lock_that_cannot_be_laid_out_is_refused(mutate, words):
     lock = make_lock([lfs("model.safetensors", WEIGHTS)])
-    assert _hfcache.cache_lock_problems(lock) == []
+    assert _cache.cache_lock_problems(lock) == []
     mutate(lock)
-    problems = _hfcache.cache_lock_problems(lock)
+    problems = _cache.cache_lock_problems(lock)
     assert any(words in p for p in problems), problems
 
 
@@ -348,7 +344,7 @@ def test_client_errors_are_not_tried_again_and_never_show_the_token(tmp_path, or
     origin.plan.append(("echo", status))
     url = origin.url + "/org/model/resolve/%s/config.json" % COMMIT
     with pytest.raises(cls) as err:
-        Fetcher(token=TOKEN, retries=3).fetch(url, _hfcache.HashSink(git("config.json", CONFIG)))
+        Fetcher(token=TOKEN, retries=3).fetch(url, _fetch.HashSink(git("config.json", CONFIG)))
     assert len(origin.requests) == 1
     assert origin.requests[0]["headers"]["Authorization"] == "Bearer " + TOKEN  # it was sent, and echoed
     assert words in err.value.msg and url in err.value.msg
@@ -359,7 +355,7 @@ def test_the_token_goes_to_the_endpoints_origin_only(origin, cdn):
     data = WEIGHTS
     cdn.files["/blob?sig=1"] = data
     origin.redirects["/org/model/resolve/%s/model.safetensors" % COMMIT] = cdn.url + "/blob?sig=1"
-    sink = _hfcache.HashSink(lfs("model.safetensors", data))
+    sink = _fetch.HashSink(lfs("model.safetensors", data))
     result = Fetcher(token=TOKEN).fetch(origin.url + "/org/model/resolve/%s/model.safetensors" % COMMIT, sink)
     assert sink.digest.problem() is None and result.url == cdn.url + "/blob?sig=1"
     assert origin.requests[0]["headers"]["Authorization"] == "Bearer " + TOKEN
@@ -370,7 +366,7 @@ def test_the_token_goes_to_the_endpoints_origin_only(origin, cdn):
 def test_a_relative_redirect_on_the_same_origin_keeps_the_token(origin):
     origin.files["/api/resolve-cache/x"] = CONFIG
     origin.plan.append(("redirect", "/api/resolve-cache/x", 307))
-    sink = _hfcache.HashSink(git("config.json", CONFIG))
+    sink = _fetch.HashSink(git("config.json", CONFIG))
     Fetcher(token=TOKEN).fetch(origin.url + "/org/model/resolve/%s/config.json" % COMMIT, sink)
     assert sink.digest.problem() is None
     assert [r["headers"].get("Authorization") for r in origin.requests] == ["Bearer " + TOKEN] * 2
@@ -379,7 +375,7 @@ def test_a_relative_redirect_on_the_same_origin_keeps_the_token(origin):
 def test_a_redirect_loop_stops_after_ten(origin):
     origin.redirects["/loop"] = "/loop"
     with pytest.raises(Refused) as err:
-        Fetcher().fetch(origin.url + "/loop", _hfcache.HashSink(git("x", b"")))
+        Fetcher().fetch(origin.url + "/loop", _fetch.HashSink(git("x", b"")))
     assert "redirected more than 10 times" in err.value.msg
     assert len(origin.requests) == 11
 
@@ -501,7 +497,7 @@ def test_missing_bytes_and_the_margin_must_fit(tmp_path, monkeypatch):
         f_bavail = (1024 * 1024 + len(WEIGHTS)) // 4096  # a bit less than weights + 1 MiB
 
     seen = []
-    monkeypatch.setattr(_hfcache.os, "statvfs", lambda p: seen.append(p) or Fs())
+    monkeypatch.setattr(_cache.os, "statvfs", lambda p: seen.append(p) or Fs())
     fetch = snapshot.work(snapshot.survey())["fetch"]
     free = Fs.f_bavail * Fs.f_frsize
     with pytest.raises(NotEnoughSpace) as err:
@@ -523,7 +519,7 @@ def test_what_an_incomplete_file_holds_is_not_counted_again(tmp_path, monkeypatc
         f_frsize = 4096
         f_bavail = 257 + 256  # 4096 bytes to get + the 1 MiB margin, and a block to spare
 
-    monkeypatch.setattr(_hfcache.os, "statvfs", lambda p: Fs())
+    monkeypatch.setattr(_cache.os, "statvfs", lambda p: Fs())
     snapshot.check_space(snapshot.work(snapshot.survey())["fetch"], 1)
 
 
@@ -538,7 +534,7 @@ def _snapshot_on_disk(root, commit, files, mtime, revision=None):
             handle.write(b"x")
         link = os.path.join(repo, "snapshots", commit, path)
         os.makedirs(os.path.dirname(link), exist_ok=True)
-        os.symlink(_hfcache.link_target(path, blob), link)
+        os.symlink(_cache.link_target(path, blob), link)
     if revision:
         os.makedirs(os.path.dirname(os.path.join(repo, "refs", revision)), exist_ok=True)
         with open(os.path.join(repo, "refs", revision), "w") as handle:
@@ -596,9 +592,9 @@ def test_prune_never_looks_into_other_repos(tmp_path):
 
 def test_the_progress_file_says_how_the_download_goes(tmp_path, monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr(_hfcache, "_clock", lambda: clock[0])
+    monkeypatch.setattr(_progress, "_clock", lambda: clock[0])
     path = str(tmp_path / "progress.json")
-    progress = _hfcache.ProgressFile(path, 1000, 2)
+    progress = _snapshot.DownloadProgress(path, 1000, 2)
     clock[0] = 102.0
     progress.update(file="model.safetensors", bytes_done=500, files_done=0)
     with open(path) as handle:

@@ -12,7 +12,7 @@ import urllib.error
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _fetch
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     MAX_REDIRECTS,
@@ -327,5 +327,5 @@ def test_the_client_names_a_redirect_it_does_not_follow(monkeypatch):
 
 
 def test_the_hub_downloads_use_the_same_policy():
-    assert _hfcache.MAX_REDIRECTS == MAX_REDIRECTS
-    assert _hfcache.origin is _http.origin
+    assert _fetch.MAX_REDIRECTS == MAX_REDIRECTS
+    assert _fetch.origin is _http.origin

@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _envdir
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _errors
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _urls
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
 from tests.unit.plugins.module_utils.test_uvenv import PARAMS
@@ -130,7 +131,7 @@ def test_no_wheel_failure_names_the_node_and_says_no_source_builds(tmp_path, uv_
     assert "no source builds are done" in msg
     assert "--no-build" in msg
     assert "The environment at %s is unchanged" % (tmp_path / "engines" / "vllm" / "0.11.0") in msg
-    assert exc.value.details["uv_output"] == _uvenv.tail(output)
+    assert exc.value.details["uv_output"] == _uvenv.last_lines(output)
     assert not (tmp_path / "engines" / "vllm" / "0.11.0.partial").exists()
 
 
@@ -150,23 +151,23 @@ def test_no_wheel_failure_names_the_node_and_says_no_source_builds(tmp_path, uv_
     (None, None, None, None),
 ])
 def test_split_userinfo(url, clean, user, password):
-    assert _uvcmd.split_userinfo(url) == (clean, user, password)
-    assert _uvcmd.strip_userinfo(url) == clean
+    assert _urls.split_userinfo(url) == (clean, user, password)
+    assert _urls.strip_userinfo(url) == clean
 
 
 def test_redact_takes_userinfo_and_secrets_out_of_any_text():
     text = ("error: Failed to fetch: `https://alice:%s@mirror/simple/vllm/` (https://TOKEN@other/x) "
             "and %s alone, or encoded %s" % (SECRET, SECRET, "p%3Aw"))
-    out = _uvcmd.redact({"msg": text, "cmd": ["uv", MIRROR], "n": 3, "ok": None}, {SECRET, "p:w"})
+    out = _urls.redact({"msg": text, "cmd": ["uv", MIRROR], "n": 3, "ok": None}, {SECRET, "p:w"})
     assert out == {"msg": "error: Failed to fetch: `https://mirror/simple/vllm/` (https://other/x) "
                           "and ******** alone, or encoded ********",
                    "cmd": ["uv", "http://idx.test/simple"], "n": 3, "ok": None}
     # a short secret is left to the URL rule
-    assert _uvcmd.redact("a b c", {"b"}) == "a b c"
+    assert _urls.redact("a b c", {"b"}) == "a b c"
 
 
 def test_url_secrets():
-    assert _uvcmd.url_secrets(MIRROR, "https://TOKEN@h/x", "https://h/y", None) == {SECRET, "TOKEN"}
+    assert _urls.url_secrets(MIRROR, "https://TOKEN@h/x", "https://h/y", None) == {SECRET, "TOKEN"}
     assert _uvcmd.param_secrets(dict(PARAMS, index_url=MIRROR, extra_index_url=["https://t0ken@h/x"],
                                      wheel={"url": "https://u:w-pass@h/w.whl", "sha256": WHEEL_SHA},
                                      python_install_mirror="https://m:m-pass@h/py")) == {

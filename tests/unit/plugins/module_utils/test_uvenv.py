@@ -42,7 +42,7 @@ CUTOFF = "2025-10-03T20:10:00Z"
     ("  x: needs y.  \n   because z.\n", "x: needs y. / because z"),
 ])
 def test_tail_keeps_the_last_six_lines(text, expected):
-    assert _proc.tail(text) == expected
+    assert _proc.last_lines(text) == expected
 
 
 @pytest.mark.parametrize("output, expected", [

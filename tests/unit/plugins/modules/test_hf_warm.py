@@ -10,7 +10,8 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import hf_warm
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.unit.plugins.modules.test_model_snapshot import hub_lock
@@ -78,7 +79,7 @@ def mirror(upstream):
 
 @pytest.fixture(autouse=True)
 def _no_sleep(monkeypatch):
-    monkeypatch.setattr(_hfcache, "_sleep", lambda _s: None)
+    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
 
 
 def warm(capsys, lock, endpoint, **kw):
@@ -120,7 +121,7 @@ def test_bad_bytes_from_the_hub_fail_naming_the_file(upstream, mirror, capsys):
     assert "-e '{\"engine_cache_hub_mirror_purge\": [\"%s\"]}'" % result["purge"] in result["msg"]
     from tests.unit.plugins.filter._plugins import filter_plugin
 
-    assert filter_plugin("hub_mirror").engine_cache_hub_mirror_problems({"purge": [result["purge"]]}) == []
+    assert filter_plugin("engine_cache_hub_mirror").engine_cache_hub_mirror_problems({"purge": [result["purge"]]}) == []
     # the files checked before it stopped the others are reported (in the lock's order), never the bad one
     reported = [f["path"] for f in result["files"]]
     assert entry["path"] not in reported

@@ -24,7 +24,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _fetch, _snapshot
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import (
     devpi_index,
@@ -142,7 +142,7 @@ def tls_origin(tls_files):
 
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch):
-    monkeypatch.setattr(_hfcache, "_sleep", lambda _s: None)
+    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
     monkeypatch.setattr(_http, "_sleep", lambda _s: None)
     for name in ("HF_TOKEN", "GITHUB_TOKEN"):
         monkeypatch.delenv(name, raising=False)
@@ -293,7 +293,7 @@ def test_an_incomplete_download_is_private_until_checked(tmp_path):
     entry = {"path": "model.safetensors", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     lock = {"format": 1, "repo": "org/model", "revision": "c" * 40, "commit": "c" * 40, "files": [entry],
             "size": len(data)}
-    snapshot = _hfcache.Snapshot(lock, str(tmp_path / "hub"))
+    snapshot = _snapshot.Snapshot(lock, str(tmp_path / "hub"))
     snapshot.prepare()
     item = snapshot.work(snapshot.survey())["fetch"][0]
     partial = snapshot.blob_path(item["blob"]) + ".incomplete"
@@ -308,7 +308,7 @@ def test_an_incomplete_download_is_private_until_checked(tmp_path):
             for start in range(offset, len(data), 1 << 20):
                 sink.write(data[start:start + (1 << 20)])
                 seen.append(stat.S_IMODE(os.stat(partial).st_mode))
-            return _hfcache.FetchResult(url, 206, {}, len(data) - offset, len(data), None)
+            return _fetch.FetchResult(url, 206, {}, len(data) - offset, len(data), None)
 
     old = os.umask(0)  # whatever the umask: 0600
     try:
@@ -322,12 +322,12 @@ def test_an_incomplete_download_is_private_until_checked(tmp_path):
 
 def test_an_incomplete_download_never_goes_through_a_link(tmp_path, secret):
     lock = _config_lock(b"{}\n")
-    snapshot = _hfcache.Snapshot(lock, str(tmp_path / "hub"))
+    snapshot = _snapshot.Snapshot(lock, str(tmp_path / "hub"))
     snapshot.prepare()
     item = snapshot.work(snapshot.survey())["fetch"][0]
     os.symlink(secret.path, snapshot.blob_path(item["blob"]) + ".incomplete")
     with pytest.raises(OSError):
-        _hfcache.FileSink(snapshot.blob_path(item["blob"]) + ".incomplete", lock["files"][0])
+        _snapshot.FileSink(snapshot.blob_path(item["blob"]) + ".incomplete", lock["files"][0])
     with open(secret.path, "rb") as handle:
         assert handle.read() == secret.content
 

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import model_prune
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.unit.plugins.modules.test_model_snapshot import hub_lock, run
@@ -17,7 +18,7 @@ from tests.upstream.hub import TINY_CHAT, TINY_SHARDED
 
 @pytest.fixture(autouse=True)
 def _no_sleep(monkeypatch):
-    monkeypatch.setattr(_hfcache, "_sleep", lambda _s: None)
+    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
 
 
 def repo_dir(cache, repo):
@@ -93,7 +94,7 @@ def test_check_mode_tells_the_free_space_of_the_filesystem(upstream, capsys, tmp
         f_bavail = 4096
         f_frsize = 1024 * 1024
 
-    monkeypatch.setattr(_hfcache.os, "statvfs", lambda _p: Fs())
+    monkeypatch.setattr(_cache.os, "statvfs", lambda _p: Fs())
     code, result, _out = run(capsys, upstream, hub_lock(upstream, TINY_CHAT), tmp_path / "hub", _ansible_check_mode=True)
     assert code == 0 and result["space"]["free_bytes"] == 4096 * 1024 * 1024
     assert result["space"]["device"] == os.stat(str(tmp_path)).st_dev and result["space"]["margin_mib"] == 1024

@@ -11,7 +11,8 @@ import stat
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache, _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache, _hfhub, _snapshot
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import model_snapshot
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT, TINY_SHARDED
@@ -19,7 +20,7 @@ from tests.upstream.hub import GATED_TINY, HUB_TOKEN, TINY_CHAT, TINY_SHARDED
 
 @pytest.fixture(autouse=True)
 def _no_sleep(monkeypatch):
-    monkeypatch.setattr(_hfcache, "_sleep", lambda _s: None)
+    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
 
 
 def hub_lock(upstream, repo, revision="main"):
@@ -113,7 +114,7 @@ def test_files_and_directories_are_readable_by_all_and_writable_by_the_owner_onl
             assert stat.S_IMODE(os.lstat(os.path.join(here, name)).st_mode) == 0o755, (here, name)
         for name in files:
             st = os.lstat(os.path.join(here, name))
-            if stat.S_ISREG(st.st_mode) and name != _hfcache.LOCK_NAME:
+            if stat.S_ISREG(st.st_mode) and name != _cache.LOCK_NAME:
                 assert stat.S_IMODE(st.st_mode) == 0o644, (here, name)
 
 
@@ -224,7 +225,7 @@ def test_not_enough_space_fails_before_any_download(upstream, tmp_path, capsys, 
         f_frsize = 4096
         f_bavail = 256 * 1024 // 4096  # 256 KiB free; the model is ~73 KiB, the margin 1 MiB
 
-    monkeypatch.setattr(_hfcache.os, "statvfs", lambda _p: Fs())
+    monkeypatch.setattr(_cache.os, "statvfs", lambda _p: Fs())
     code, result, _out = run(capsys, upstream, lock, tmp_path / "hub")
     assert code == 1
     assert ("%d files to download need" % len(lock["files"])) in result["msg"]
@@ -269,14 +270,14 @@ def test_something_else_in_the_way_is_never_removed(upstream, tmp_path, capsys):
 def test_the_progress_file_is_removed_at_the_end(upstream, tmp_path, capsys, monkeypatch):
     lock = hub_lock(upstream, TINY_CHAT)
     seen = []
-    real = _hfcache.ProgressFile._write
+    real = _snapshot.DownloadProgress._write
 
     def spy(self, force=False, **values):
         real(self, True, **values)  # every update written, so that the test sees them
         with open(self.path) as handle:
             seen.append(json.load(handle))
 
-    monkeypatch.setattr(_hfcache.ProgressFile, "_write", spy)
+    monkeypatch.setattr(_snapshot.DownloadProgress, "_write", spy)
     progress = tmp_path / "progress.json"
     code, result, _out = run(capsys, upstream, lock, tmp_path / "hub", progress_file=str(progress))
     assert code == 0, result
@@ -292,7 +293,7 @@ def test_a_second_run_on_the_same_repo_waits_for_the_first(upstream, tmp_path, c
     lock = hub_lock(upstream, TINY_CHAT)
     repo = tmp_path / "hub" / "models--llmfleet-test--tiny-chat"
     repo.mkdir(parents=True)
-    holder = PathLock(str(repo / _hfcache.LOCK_NAME), 0, about="model_snapshot (another play)")
+    holder = PathLock(str(repo / _cache.LOCK_NAME), 0, about="model_snapshot (another play)")
     holder.acquire()
     try:
         code, result, _out = run(capsys, upstream, lock, tmp_path / "hub", lock_timeout=0)
@@ -300,9 +301,9 @@ def test_a_second_run_on_the_same_repo_waits_for_the_first(upstream, tmp_path, c
         holder.release()
     assert code == 1
     assert result["msg"].startswith("another run holds %s: pid %d (model_snapshot (another play)"
-                                    % (repo / _hfcache.LOCK_NAME, os.getpid()))
+                                    % (repo / _cache.LOCK_NAME, os.getpid()))
     assert hub_requests(upstream) == []
-    assert sorted(os.listdir(str(repo))) == [_hfcache.LOCK_NAME]  # nothing written before the lock
+    assert sorted(os.listdir(str(repo))) == [_cache.LOCK_NAME]  # nothing written before the lock
     code, result, _out = run(capsys, upstream, lock, tmp_path / "hub", lock_timeout=0)
     assert code == 0 and result["changed"] is True, result
 

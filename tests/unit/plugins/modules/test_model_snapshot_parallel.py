@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfcache
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache, _fetch, _snapshot
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import hf_warm, model_snapshot
 from tests.unit.plugins.lookup_fakes import run_module
 from tests.upstream.gated_hub import GatedHub, lock_of, shard
@@ -23,7 +24,7 @@ MIB = 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def _no_sleep(monkeypatch):
-    monkeypatch.setattr(_hfcache, "_sleep", lambda _s: None)
+    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
 
 
 def shards(count, size):
@@ -50,13 +51,13 @@ def test_the_files_download_at_once_never_more_than_parallel_and_the_progress_su
     files = shards(2 * parallel, MIB)
     lock = lock_of(REPO, COMMIT, files)
     seen = []
-    real = _hfcache.ProgressFile._write
+    real = _snapshot.DownloadProgress._write
 
     def spy(self, force=False, **values):
         real(self, force, **values)
         seen.append(dict(self.data))
 
-    monkeypatch.setattr(_hfcache.ProgressFile, "_write", spy)
+    monkeypatch.setattr(_snapshot.DownloadProgress, "_write", spy)
     # each answer waits for `parallel` in flight, and takes about 0.25 s, so that more would overlap too
     with GatedHub(REPO, COMMIT, files, hold=parallel, hold_timeout=3.0, rate=4 * MIB) as hub:
         code, result, _out = snapshot(capsys, hub, lock, tmp_path / "hub", parallel=parallel,
@@ -177,13 +178,13 @@ def test_run_parallel_raises_the_first_failure_not_the_stops_it_caused():
 
     def work(item, cancel):
         if item == "bad":
-            raise _hfcache.IntegrityError("bad is not the lock's file", file="bad")
+            raise _cache.IntegrityError("bad is not the lock's file", file="bad")
         if not cancel.wait(5):
             return item
         stopped.append(item)
-        raise _hfcache.Cancelled("stopped")
+        raise _fetch.Cancelled("stopped")
 
-    with pytest.raises(_hfcache.IntegrityError) as exc:
-        _hfcache.run_parallel(["a", "b", "bad", "c", "d"], work, 3)
+    with pytest.raises(_cache.IntegrityError) as exc:
+        _fetch.run_parallel(["a", "b", "bad", "c", "d"], work, 3)
     assert exc.value.details == {"file": "bad"}
     assert sorted(stopped) == ["a", "b"]  # the two beside it stopped; c and d never started

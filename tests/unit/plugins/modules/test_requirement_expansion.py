@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
+from ansible_collections.llmfleet.engines.plugins.module_utils.common import _urls
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvcmd, _uvlock
 from tests.unit.plugins.module_utils.uvenv_fakes import INDEX, LOCK_0110, FakeUv, module_runner
 from tests.unit.plugins.modules import test_uv_engine_env as engine_env
@@ -135,6 +136,6 @@ def test_lock_text_problems_name_the_line(line, piece):
     "https://alice:pa$$word@cache.test/root/github/" + WHEEL,  # a '$' in the userinfo never reaches the line
 ])
 def test_ordinary_urls_pass(url):
-    assert _uvcmd.url_text_problem(url) is None
+    assert _urls.url_text_problem(url) is None
     _uvcmd.check_requirement_inputs("vllm", "0.20.0", ["torch==2.8.0; python_version >= '3.10'"], {"url": url})
-    assert _uvlock.lock_text_problems("vllm @ %s --hash=sha256:%s\n" % (_uvcmd.strip_userinfo(url), SHA)) == []
+    assert _uvlock.lock_text_problems("vllm @ %s --hash=sha256:%s\n" % (_urls.strip_userinfo(url), SHA)) == []

@@ -1,19 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_service role's placement of models on a node's GPUs, as filters: whether the models fit the GPUs
-``gpu_probe`` reports (the preflight, before anything stops), and how many GPUs a model runs on at once.
+"""The engine_service role's placement of models on a node's GPUs, as filters: whether the
+models fit the GPUs ``gpu_probe`` reports (``engine_service_placement_problems``, the preflight, before
+anything stops), how many GPUs a model runs on at once (``engine_service_world_size``) and its
+tensor-parallel size (``engine_service_tensor_parallel``).
 
-The policy lives in ``plugins/module_utils/serve/_placement.py``, which ``engine_service_units`` (service.py) renders
-the units from, so that the preflight and the units read the same values. Unit tests:
-``tests/unit/plugins/filter/test_placement_filter.py``. Documentation: one ``<filter>.yml`` per filter beside
-this file.
+The policy lives in ``plugins/module_utils/serve/_placement.py``, which ``engine_service_units``
+(``engine_service_units.py``) renders the units from, so that the preflight and the units read the same
+values. Unit tests: ``tests/unit/plugins/filter/test_placement_filter.py``, ``test_rollout_filter.py``.
+Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
 
 
@@ -37,6 +38,13 @@ def engine_service_world_size(model):
     return _placement.world_size(model if isinstance(model, dict) else {})
 
 
+def engine_service_tensor_parallel(model):
+    """The tensor-parallel size a model runs with: what its ``args`` ask vLLM for (``--tensor-parallel-size N``,
+    ``--tensor-parallel-size=N``, ``-tp N``); when they do not, the number of its ``gpus`` (divided by its pipeline
+    and data parallel sizes), which the role then passes; else 1. 0 for a value that is not a whole number."""
+    return _placement.parallel_sizes(model if isinstance(model, dict) else {})["tensor"]
+
+
 class FilterModule:
     """llmfleet.engines filters for the engine_service role's placement."""
 
@@ -44,4 +52,5 @@ class FilterModule:
         return {
             "engine_service_placement_problems": engine_service_placement_problems,
             "engine_service_world_size": engine_service_world_size,
+            "engine_service_tensor_parallel": engine_service_tensor_parallel,
         }

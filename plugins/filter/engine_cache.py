@@ -1,11 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_cache role's own checks, as filters: what is wrong with the variables of devpi-server's
-part of the role (``engine_cache_problems``; the hub mirror's are ``engine_cache_hub_mirror_problems``
-in hub_mirror.py), and the words of devpi-server's unit as systemd reads them back
-(``engine_cache_unit_words``). Tests: tests/unit/plugins/filter/test_cache_filter.py and
-test_cache_unit_systemd.py. Documentation: one ``<filter>.yml`` per filter beside this file.
+"""The engine_cache role's devpi-server, as filters: what is wrong with the variables of
+devpi-server's part of the role (``engine_cache_problems``), and the words of devpi-server's unit as
+systemd reads them back (``engine_cache_unit_words``). The hub mirror's part: ``engine_cache_hub_mirror.py``
+(its variables) and ``engine_cache_nginx.py`` (its nginx configuration).
+
+Tests: tests/unit/plugins/filter/test_cache_filter.py and test_cache_unit_systemd.py. Documentation: one
+``<filter>.yml`` per filter beside this file.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.module_utils.serve._placement import json_text as _json
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 
 # The keys engine_cache_problems reads, each the role variable engine_cache_<key>.
 KEYS = ("password", "root", "port", "torch_indexes", "pypi_url", "listen")
@@ -120,6 +122,11 @@ def engine_cache_unit_words(words, command=True):
     return " ".join(_word(word, command) for word in words)
 
 
-class FilterModule(object):
+class FilterModule:
+    """llmfleet.engines filters for the engine_cache role's devpi-server."""
+
     def filters(self):
-        return {"engine_cache_problems": engine_cache_problems, "engine_cache_unit_words": engine_cache_unit_words}
+        return {
+            "engine_cache_problems": engine_cache_problems,
+            "engine_cache_unit_words": engine_cache_unit_words,
+        }

@@ -1,18 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How a node serves its models, as filters, for ``playbooks/report.yml``: the engine_service role's
-units read back from the node (``roles/engine_service/tasks/state.yml``), the problems the report
-names (a unit failed or restarted, a GPU the unit was given that the node no longer lists), the
-words of the report's serving table, and the Prometheus ``file_sd`` targets of every unit's
-``/metrics``.
+"""How the engine_service role's units serve on a node, as filters: the units read back
+from their files and from ``systemctl show`` with the last readiness gate of each
+(``engine_service_state``, for ``roles/engine_service/tasks/state.yml`` and ``playbooks/report.yml``), and
+the load and active states of units (``engine_service_unit_states``).
 
 The units are read from their files as ``engine_service_units`` wrote them (``ExecStart=`` and
 ``Environment=`` quoted by systemd's rules) and from ``systemctl show``; the last readiness gate
 from the root-owned record the role writes after each gate (``<root>/engines/vllm/<unit>.gate.json``).
 
-Unit tests: ``tests/unit/plugins/filter/test_serving_filter.py``. Documentation: one
-``<filter>.yml`` per filter beside this file.
+Unit tests: ``tests/unit/plugins/filter/test_serving_filter.py``, ``test_service_filter.py``.
+Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
 from __future__ import annotations
@@ -24,14 +23,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-# The metrics README.md's alert rules use (vLLM >= 0.11: kv_cache_usage_perc replaced
-# gpu_cache_usage_perc, which 0.12 removed), and the fake `vllm serve` serves.
-ALERT_METRICS = ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket")
-_LOOPBACK = re.compile(r"^(127\.[0-9.]+|::1|localhost)$")
-_ANY = ("0.0.0.0", "::", "")
 _DESCRIPTION = re.compile(r"^vLLM serving \S+ \(([^()\s]+)\), managed by llmfleet\.engines$")
-_GPU_UUID = re.compile(r"^(GPU|MIG)-", re.I)
-_COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 
 
 def _slurped(read):
@@ -221,130 +213,18 @@ def engine_service_state(unit_files, show=None, gates=None, current=""):
     return sorted(out, key=lambda e: e["unit"])
 
 
-def _target(address, listen, port):
-    """The address Prometheus scrapes (``host:port``), or None when the unit listens on loopback only."""
-    if port is None or _LOOPBACK.match(str(listen)):
-        return None
-    host = address if listen in _ANY else listen
-    host = str(host)
-    return "%s:%d" % ("[%s]" % host if ":" in host and not host.startswith("[") else host, port)
-
-
-def _gate_text(gate):
-    if not isinstance(gate, dict):
-        return "none recorded"
-    one = gate.get("completion_ms")
-    token = ", one token %.0f ms" % one if isinstance(one, (int, float)) else ""
-    seconds = gate.get("ready_s")
-    at = gate.get("at") or "?"
-    if not gate.get("ready"):
-        return "not ready (%s of %s, %s)" % (gate.get("stage"), gate.get("environment"), at)
-    if gate.get("stage") == "steady":
-        up = " (up %.0f s)" % seconds if isinstance(seconds, (int, float)) else ""
-        return "serving at %s%s%s" % (at, up, token)
-    ready = "ready %.1f s after its start" % seconds if isinstance(seconds, (int, float)) else "ready"
-    return "%s%s (%s of %s, %s)" % (ready, token, gate.get("stage"), gate.get("environment"), at)
-
-
-def _gpu_problems(unit, gpus):
-    """The GPUs a unit was given (CUDA_VISIBLE_DEVICES) that the node's probe no longer lists."""
-    given = unit.get("gpus")
-    if not given or gpus is None:
-        return []
-    uuids = {str(g.get("uuid")) for g in gpus if isinstance(g, dict) and g.get("uuid")}
-    out = []
-    for gpu in given:
-        if _GPU_UUID.match(gpu):
-            if gpu not in uuids and not any(u.startswith(gpu) for u in uuids):
-                out.append("it was given %s, which the node no longer lists (the GPU disappeared or was replaced)"
-                           % gpu)
-        elif re.match(r"^[0-9]+$", gpu) and int(gpu) >= len(gpus):
-            out.append("it was given GPU %s, but the node lists %d GPU%s" % (gpu, len(gpus), "" if len(gpus) == 1 else "s"))
-    return out
-
-
-def _wanted_revision(unit, models):
-    """The revision the inventory's entry of this unit's model gives (``engine_service_models``: the entry
-    whose ``name`` is the unit's), or None."""
-    for entry in models or []:
-        if isinstance(entry, dict) and entry.get("name") == unit.get("name"):
-            revision = entry.get("revision")
-            return None if revision is None else str(revision)
-    return None
-
-
-def _off_revision(unit, wanted):
-    """Why the unit serves another revision than the commit its inventory pins, or None. Only a full
-    commit (40 hex digits) is judged: a branch or a tag moves on the hub, which the report does not ask."""
-    if wanted is None or not _COMMIT.match(wanted):
-        return None
-    served = unit.get("revision")
-    if served and str(served).lower() == wanted.lower():
-        return None
-    return "it serves %s, but the inventory pins %s (engine_service_models)" % (
-        "revision %s" % str(served)[:12] if served else "no pinned revision", wanted[:12])
-
-
-def engine_report_serving(nodes, addresses=None, models=None):
-    """The report's nodes, each unit of ``serving`` with the GPU problems, ``target`` (the address
-    Prometheus scrapes, or None on loopback), ``metrics`` (that in words), ``state_text``, ``gate_text``,
-    ``wanted_revision`` (the inventory's) and ``off_wanted`` (null, or how the unit serves another commit
-    than the one its inventory pins; also among its problems)."""
-    if not isinstance(nodes, list):
-        raise AnsibleFilterError("engine_report_serving: the input (the report's nodes) must be a list")
-    addresses = addresses if isinstance(addresses, dict) else {}
-    models = models if isinstance(models, dict) else {}
-    out = []
-    for node in nodes:
-        if not isinstance(node, dict):
-            raise AnsibleFilterError("engine_report_serving: each node must be a dict, not %r" % (node,))
-        host = node.get("host")
-        gpus = node.get("gpus") if isinstance(node.get("gpus"), list) else None
-        serving = []
-        for unit in node.get("serving") or []:
-            unit = dict(unit)
-            unit["wanted_revision"] = _wanted_revision(unit, models.get(host))
-            unit["off_wanted"] = _off_revision(unit, unit["wanted_revision"])
-            unit["problems"] = (list(unit.get("problems") or []) + _gpu_problems(unit, gpus)
-                                + ([unit["off_wanted"]] if unit["off_wanted"] else []))
-            unit["target"] = _target(addresses.get(host, host), unit.get("listen"), unit.get("port"))
-            if unit["target"]:
-                unit["metrics"] = "http://%s/metrics" % unit["target"]
-            else:
-                unit["metrics"] = ("listens on %s only (engine_service_host): not scraped from elsewhere"
-                                   % unit.get("listen"))
-            unit["state_text"] = "%s (%s)" % (unit.get("active") or "unknown", unit.get("sub") or "?")
-            unit["gate_text"] = _gate_text(unit.get("gate"))
-            serving.append(unit)
-        out.append(dict(node, serving=serving))
-    return out
-
-
-def engine_report_targets(nodes):
-    """Prometheus ``file_sd`` targets of every unit's ``/metrics`` (``engine_report_serving``'s nodes):
-    ``[{targets: [host:port], labels: {host, unit, name, model, revision, engine_version, build,
-    environment}}]``; units on loopback are left out."""
-    if not isinstance(nodes, list):
-        raise AnsibleFilterError("engine_report_targets: the input (the report's nodes) must be a list")
-    out = []
-    for node in nodes:
-        for unit in (node or {}).get("serving") or []:
-            if not unit.get("target"):
-                continue
-            labels = {"host": node.get("host"), "unit": unit.get("unit"), "name": unit.get("name"),
-                      "model": unit.get("model"), "revision": unit.get("revision") or "",
-                      "engine_version": unit.get("engine_version") or "", "build": unit.get("build") or "",
-                      "environment": unit.get("environment") or ""}
-            out.append({"targets": [unit["target"]], "labels": {k: str(v) if v is not None else "" for k, v in labels.items()}})
-    return sorted(out, key=lambda t: (t["labels"]["host"], t["labels"]["unit"]))
+def engine_service_unit_states(text):
+    """``systemctl show -p Id -p LoadState -p ActiveState -p SubState UNIT...`` -> ``{unit: {...}}``."""
+    states, _error = _show(str(text or ""))
+    return {unit: {"load": fields.get("LoadState", ""), "active": fields.get("ActiveState", ""),
+                   "sub": fields.get("SubState", "")} for unit, fields in states.items()}
 
 
 class FilterModule:
-    """llmfleet.engines filters for the serving state of the fleet's report."""
+    """llmfleet.engines filters for the serving state of the engine_service role's units."""
 
     def filters(self):
         return {
             "engine_service_state": engine_service_state,
-            "engine_report_serving": engine_report_serving,
-            "engine_report_targets": engine_report_targets,
+            "engine_service_unit_states": engine_service_unit_states,
         }

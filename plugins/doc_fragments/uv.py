@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+    """The options of the modules that resolve an engine with uv (uv_engine_env, uv_fleet_lock): what is
+    resolved, from which indexes, and the uv binary (argument spec: _uvoptions.uv_argument_spec)."""
+
+    DOCUMENTATION = r"""
+options:
+  requirements:
+    description:
+      - More requirement lines resolved together with the engine.
+    type: list
+    elements: str
+    default: []
+  wheel:
+    description:
+      - The engine from a wheel URL instead of the index, pinned by its published sha256; it is resolved as
+        C(<engine> @ <url>#sha256=<hex>).
+    type: dict
+    suboptions:
+      url:
+        description:
+          - The wheel's URL (a C(+) in the file name may be sent as C(%2B)).
+          - It may carry credentials (C(https://USER:TOKEN@host/...)) only when O(index_url) or O(extra_index_url) has
+            an index on the same host with the same ones; uv is given the URL without them and sends that index's.
+          - A URL with a C($), a C(%) escape that decodes to one, white space or a control character is refused before
+            uv runs (uv expands C(${NAME}) in requirement lines from its environment, where the indexes' credentials
+            are); so are O(requirements) lines and a lock with one.
+        type: str
+        required: true
+      sha256:
+        description: The wheel's sha256, 64 hex digits, optionally prefixed C(sha256:) as GitHub gives it.
+        type: str
+        required: true
+  expect:
+    description:
+      - What the lock must hold before it is installed or written, a mapping of package name to value. A value
+        starting with C(+) is the local version label the locked package must carry (C(torch) V(+cu129)); any other
+        value is the exact version.
+      - Guards against a package silently resolved from the wrong index (for example PyPI's torch instead of
+        the extra index's CUDA build).
+    type: dict
+  index_url:
+    description:
+      - Base index (PEP 503/691 simple API), uv's C(--default-index). Default is uv's, PyPI.
+      - A mirror that needs credentials takes them in the URL, C(https://USER:TOKEN@mirror/simple). uv gets them
+        through its environment (C(UV_INDEX_<NAME>_USERNAME), C(_PASSWORD) of a named index), never on a command
+        line; they are not in any file the module writes, the result or the module arguments Ansible shows. uv sends
+        them to that index and to other URLs on the same host (its files). Changing only the credentials (a rotated
+        token) builds or compiles nothing again.
+    type: str
+  extra_index_url:
+    description:
+      - Extra indexes (uv's C(--index)), for example a PyTorch index for a CUDA build of torch. Credentials as for
+        O(index_url).
+    type: list
+    elements: str
+    default: []
+  index_strategy:
+    description: How uv chooses between indexes (C(--index-strategy)). Default is uv's, V(first-index).
+    type: str
+    choices: [first-index, unsafe-first-match, unsafe-best-match]
+  exclude_newer_package:
+    description:
+      - Per-package cut-offs, a mapping of package name to a timestamp, or to V(false) to lift the cut-off for a
+        package whose index publishes no upload times (C(--exclude-newer-package)).
+    type: dict
+  uv:
+    description:
+      - The uv binary. Default is C(uv) on the E(PATH).
+      - It must be beyond the reach of other users, since it runs (even C(uv --version)) as the user the module runs
+        as. It, and every directory on its path (symbolic links followed), must be owned by root (or by the user
+        running the module) and writable by neither group nor others. Otherwise the task fails before anything runs,
+        naming the option, the path, the directory at fault, its owner and mode, and the C(chown root)/C(chmod go-w)
+        that fix it.
+    type: path
+"""

@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What uv resolves one node's engine against, as filters: the ``--exclude-newer`` exceptions
+of its resolution (``engine_node_exclude_newer_package``: which packages uv takes newer files of than the
+release's cut-off, and up to when) and the fleet lock that the controller compiles for the node's group
+(``engine_node_lock_item``, which carries those exceptions).
+
+Unit tests: ``tests/unit/plugins/filter/test_cutoff_filter.py``, ``test_node_report_filter.py``.
+Documentation: one ``<filter>.yml`` per filter beside this file.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
+
+
+def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=None, engine="vllm"):
+    """``{package: cut-off or false}`` for ``--exclude-newer-package``, for one node's install:
+
+    - a build from the GitHub release: ``torch_exclude_newer_package`` (the torch index dates part of
+      its files only); the engine is a direct URL there, which no cut-off filters;
+    - a build from the index: the engine's own late wheels of the node's architecture
+      (``release.late_files``, pypi_published's answer): ``{engine: the latest one's exclude_newer}``,
+      so that uv finds a wheel uploaded after the release's cut-off (an aarch64 wheel added months
+      later), while the dependencies still resolve as of the first upload. Empty when no wheel the
+      node can install is late.
+    """
+    job = _dict(job, "engine_node_exclude_newer_package: the input (the job)")
+    release = _dict(release, "engine_node_exclude_newer_package: release")
+    source = _dict(job.get("source"), "engine_node_exclude_newer_package: the job's source")
+    if source.get("origin") == "github":
+        return dict(_dict(torch_exclude_newer_package, "engine_node_exclude_newer_package: torch_exclude_newer_package"))
+    own = own_exclude_newer(release, str(job.get("arch") or ""))
+    return {normalize_name(engine): own} if own else {}
+
+
+# The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
+# it can run.
+_MANYLINUX_MIN = (2, 17)
+_MANYLINUX_MAX = (2, 40)
+
+
+def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_url, torch_index_url,
+                          exclude_newer_package=None, lock_python=""):
+    """What ``uv_fleet_lock`` compiles for this node's group (a dict that is the same for every node
+    of the group), ``{"error": text}`` when the group cannot be told, or None without a fleet lock
+    directory or before the look-ups answered."""
+    if not lock_dir:
+        return None
+    job = _dict(job, "engine_node_lock_item: the input (the job)")
+    facts = _dict(facts, "engine_node_lock_item: facts")
+    release = _dict(release, "engine_node_lock_item: release")
+    asset = _dict(asset, "engine_node_lock_item: asset")
+    source = _dict(job.get("source"), "engine_node_lock_item: the job's source")
+    github = source.get("origin") == "github"
+    if "exclude_newer" not in release or (github and "sha256" not in asset):
+        return None
+    version = _text(lock_python) or _text(python)
+    if not re.match(r"^3[.][0-9]+$", version):
+        return {"error": "engine_node_fleet_lock_dir is set, so the controller compiles this node's lock, and it needs"
+                         " the node's Python version: engine_node_python is %s; set it to a version such as \"3.12\","
+                         " or set engine_node_fleet_lock_python" % _json(python)}
+    glibc = re.match(r"^([0-9]+)[.]([0-9]+)", _text(facts.get("glibc")))
+    if not glibc:
+        return {"error": "engine_node_fleet_lock_dir is set, but this node's glibc is unknown (%s), so no manylinux lock"
+                         " fits it" % _json(facts.get("glibc"))}
+    level = min(max((int(glibc.group(1)), int(glibc.group(2))), _MANYLINUX_MIN), _MANYLINUX_MAX)
+    platform = "%s-manylinux_%d_%d" % (_text(job.get("arch")), level[0], level[1])
+    name = "vllm-%s-%s-%s-py%s" % (_text(job.get("version")), _text(job.get("build")), platform, version)
+    return {
+        "name": name,
+        "dest": "%s/%s.txt" % (_text(lock_dir).rstrip("/"), name),
+        "version": _text(job.get("version")),
+        "wheel": {"url": asset.get("url"), "sha256": asset.get("sha256")} if github else None,
+        "expect": {"torch": source.get("torch_label")} if github else None,
+        "index_url": _text(index_url),
+        "extra_index_url": ["%s/%s" % (_text(torch_index_url), source.get("torch_index"))] if github else [],
+        "index_strategy": "unsafe-best-match" if github else None,
+        "exclude_newer": release["exclude_newer"],
+        # GitHub builds: the torch exceptions; index builds: the engine's own late wheels of this arch
+        "exclude_newer_package": engine_node_exclude_newer_package(job, release, exclude_newer_package) or None,
+        "python_version": version,
+        "python_platform": platform,
+    }
+
+
+class FilterModule:
+    """llmfleet.engines filters for what a node's engine resolves against."""
+
+    def filters(self):
+        return {
+            "engine_node_exclude_newer_package": engine_node_exclude_newer_package,
+            "engine_node_lock_item": engine_node_lock_item,
+        }

@@ -1,0 +1,143 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine_service role's rollout, as filters, in the order of its steps: the age of a
+rollout lock (``engine_service_lock_age``), the unit files found on a node, kept to be restored when a
+change does not serve (``engine_service_saved_units``), which of them a change rewrites
+(``engine_service_changed_units``), the figures of a readiness gate (``engine_service_gate_figures``) and
+what failed in a rolled-out version, in words (``engine_service_failure``), and the node's readiness
+line of the run's report (``engine_service_readiness``).
+
+Unit tests: ``tests/unit/plugins/filter/test_rollout_filter.py``, ``test_service_filter.py``,
+``test_engine_service_steps_filter.py``.
+Documentation: one ``<filter>.yml`` per filter beside this file.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from ansible.errors import AnsibleFilterError
+
+
+def engine_service_lock_age(stats, now):
+    """Seconds since a rollout lock was last touched, from the ``stat`` results of its holder file and
+    of its directory (in that order; more results are ignored): the holder's age, else (a run that
+    died between making the directory and writing the holder) the directory's; -1 when there is
+    no lock."""
+    if not isinstance(stats, list) or len(stats) < 2:
+        raise AnsibleFilterError("engine_service_lock_age: the input must be the stat results of the holder file"
+                                 " and of the lock directory")
+    for result in stats[:2]:
+        info = (result or {}).get("stat") or {}
+        if info.get("exists"):
+            return max(float(now) - float(info.get("mtime") or 0), 0.0)
+    return -1.0
+
+
+def _text(read):
+    """The text of one looped ``slurp`` result, or None when the file was not there."""
+    if not isinstance(read, dict):
+        raise AnsibleFilterError("the input must be the results of a looped slurp, not %r" % (read,))
+    content = read.get("content")
+    if content is None or read.get("failed"):
+        return None
+    try:
+        return base64.b64decode(content).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, TypeError) as exc:
+        raise AnsibleFilterError("the slurped file %s cannot be read as UTF-8 text: %s" % (read.get("source"), exc))
+
+
+def _unit_of(read):
+    item = read.get("item") if isinstance(read, dict) else None
+    if isinstance(item, dict) and isinstance(item.get("unit"), str):
+        return item["unit"]
+    raise AnsibleFilterError("each slurp result must have the unit (from engine_service_units) as its item, not %r"
+                             % (item,))
+
+
+def engine_service_saved_units(results):
+    """``{unit: text or None}``: what each unit file holds on the node now (None: no file)."""
+    return dict((_unit_of(read), _text(read)) for read in results or [])
+
+
+def engine_service_changed_units(results, units):
+    """The units (names, in the order of ``units``) whose file on the node is missing or differs
+    from the ``text`` engine_service_units rendered."""
+    saved = engine_service_saved_units(results)
+    out = []
+    for unit in units or []:
+        if not isinstance(unit, dict) or "unit" not in unit or "text" not in unit:
+            raise AnsibleFilterError("engine_service_changed_units: each unit must come from engine_service_units")
+        if saved.get(unit["unit"]) != unit["text"]:
+            out.append(unit["unit"])
+    return out
+
+
+def engine_service_gate_figures(results, env_name, stage="start"):
+    """The readiness figures of a gate (the looped engine_ready results), one dict per unit."""
+    out = []
+    for item in results or []:
+        if not isinstance(item, dict) or item.get("skipped"):
+            continue
+        unit = (item.get("item") or {}).get("unit") if isinstance(item.get("item"), dict) else item.get("item")
+        out.append({"unit": unit, "environment": env_name, "stage": stage, "ready": bool(item.get("ready")),
+                    "ready_s": item.get("since_start_s"), "health_s": item.get("health_s"),
+                    "completion_ms": item.get("completion_ms"), "tries": item.get("attempts", 1)})
+    return out
+
+
+def engine_service_failure(result, task=""):
+    """What failed in a rolled-out version, in words: the task, its message and the unit's last journal
+    lines (from ``ansible_failed_result``; a looped task's first failed item)."""
+    if not isinstance(result, dict):
+        return "%s failed" % (task or "a task")
+    failed = result
+    for item in result.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            failed = item
+            break
+    msg = str(failed.get("msg") or "no message").strip()
+    text = "%s: %s" % (task, msg) if task else msg
+    journal = [str(line) for line in failed.get("journal") or [] if str(line).strip()]
+    if journal and not all(line in msg for line in journal[-5:]):
+        text += " Last journal lines: %s" % " | ".join(journal[-10:])
+    return text
+
+
+def _field(entry, key, what):
+    if not isinstance(entry, dict) or key not in entry:
+        raise AnsibleFilterError("each %s must be a mapping with %r, not %r" % (what, key, entry))
+    return entry[key]
+
+
+def engine_service_readiness(gates, host):
+    """One line telling how each unit of ``host`` served after its readiness gate (``gates``: the
+    role's gate records: unit, environment, stage, ready, ready_s, completion_ms)."""
+    if not isinstance(gates, list):
+        raise AnsibleFilterError("the input must be the node's gates (a list), not %r" % (gates,))
+    told = []
+    for gate in gates:
+        ready_s = _field(gate, "ready_s", "gate")
+        completion_ms = _field(gate, "completion_ms", "gate")
+        told.append("%s (%s, %s) %s%s" % (
+            _field(gate, "unit", "gate"), _field(gate, "environment", "gate"), _field(gate, "stage", "gate"),
+            "ready, %.1f s after the unit started" % ready_s if _field(gate, "ready", "gate") and ready_s is not None
+            else "not ready",
+            ", one-token completion %.0f ms" % completion_ms if completion_ms is not None else ""))
+    return "%s readiness: %s" % (host, "; ".join(told))
+
+
+class FilterModule:
+    """llmfleet.engines filters for the engine_service role's rollout."""
+
+    def filters(self):
+        return {
+            "engine_service_lock_age": engine_service_lock_age,
+            "engine_service_saved_units": engine_service_saved_units,
+            "engine_service_changed_units": engine_service_changed_units,
+            "engine_service_gate_figures": engine_service_gate_figures,
+            "engine_service_failure": engine_service_failure,
+            "engine_service_readiness": engine_service_readiness,
+        }

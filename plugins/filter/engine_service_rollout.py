@@ -19,6 +19,7 @@ import base64
 import binascii
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import _field
 
 
 def engine_service_lock_age(stats, now):
@@ -104,12 +105,6 @@ def engine_service_failure(result, task=""):
     if journal and not all(line in msg for line in journal[-5:]):
         text += " Last journal lines: %s" % " | ".join(journal[-10:])
     return text
-
-
-def _field(entry, key, what):
-    if not isinstance(entry, dict) or key not in entry:
-        raise AnsibleFilterError("each %s must be a mapping with %r, not %r" % (what, key, entry))
-    return entry[key]
 
 
 def engine_service_readiness(gates, host):

@@ -94,6 +94,8 @@ _REVISION = re.compile(r"--revision ([0-9a-f]{40})")
 
 
 def _field(entry, key, what):
+    """``entry[key]``, or an error naming what ``entry`` should be (one of the role's records: a pin,
+    a lock, a slurp result, a gate; engine_service_rollout.py uses it too)."""
     if not isinstance(entry, dict) or key not in entry:
         raise AnsibleFilterError("each %s must be a mapping with %r, not %r" % (what, key, entry))
     return entry[key]

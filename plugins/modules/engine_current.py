@@ -64,7 +64,7 @@ options:
         name matches it and that hold uv_engine_env's marker C(.llmfleet-engine.json) are pruned; C(current),
         C(*.partial), locks and caches never are.
     type: str
-    default: '^[0-9][0-9A-Za-z.+!]*-(cu13|cu129)$'
+    default: '^[0-9][0-9A-Za-z.+!]*-(cu13|cu129|cpu)$'
   list_only:
     description:
       - Only list the environments in O(path) (RV(environments)) and read where C(current) points; change
@@ -218,7 +218,7 @@ def main():
             target=dict(type="str"),
             previous=dict(type="str"),
             keep=dict(type="int"),
-            pattern=dict(type="str", default=r"^[0-9][0-9A-Za-z.+!]*-(cu13|cu129)$"),
+            pattern=dict(type="str", default=r"^[0-9][0-9A-Za-z.+!]*-(cu13|cu129|cpu)$"),
             list_only=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=3600),
         ),

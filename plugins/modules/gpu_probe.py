@@ -58,6 +58,9 @@ options:
       - Interpreter of an engine environment in which to run the compute check, for example
         C(/opt/llmfleet/engines/vllm/current/bin/python).
       - When not given, no compute check runs.
+      - With O(build=cpu) the check computes on the CPU instead of the GPUs (vLLM's CPU build); torch
+        multiplies two small matrices and must match the exact product, then vLLM's compiled CPU kernels
+        (C(vllm._C)) are imported and its C(rms_norm) runs on the CPU. It needs no GPU and no driver.
     type: path
   python_timeout:
     description:
@@ -86,10 +89,13 @@ options:
       - Build asked for, used with O(version).
       - V(auto) picks from the facts; V(cu13) and V(cu129) are honoured (with warnings when the
         facts say the node cannot run them, and RV(choice.blocked) when the node cannot take
-        their wheel); V(none) means no engine on this node.
+        their wheel); V(cpu), vLLM's CPU build, only when asked for by name (V(auto) never picks it),
+        for the versions the build table knows, with RV(choice.blocked) where the node's glibc is older
+        than its wheel's manylinux tag; V(none) means no engine on this node.
+      - V(cpu) also makes the compute check of O(python) a check on the CPU.
     type: str
     default: auto
-    choices: [auto, cu13, cu129, none]
+    choices: [auto, cu13, cu129, cpu, none]
   link:
     description:
       - Path of a symbolic link to read, for example the C(current) link of an engine root,
@@ -310,7 +316,7 @@ choice:
       description: The O(build) asked for.
       type: str
     build:
-      description: The build chosen, V(cu13), V(cu129) or V(none).
+      description: The build chosen, V(cu13), V(cu129), V(cpu) (only when asked for) or V(none).
       type: str
       sample: cu129
     default:
@@ -427,7 +433,8 @@ def main():
             )
         env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
         result["compute"] = _gpu.compute_check(
-            run, python, params["python_timeout"], env=env, engine=params["engine"]
+            run, python, params["python_timeout"], env=env, engine=params["engine"],
+            target="cpu" if params["build"] == "cpu" else "gpu"
         )
         if not result["compute"]["ok"]:
             module.warn(_gpu.failure_message(result["compute"]))

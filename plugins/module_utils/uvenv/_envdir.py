@@ -28,7 +28,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
     CleanupFailed, NotAnEnvironment, SwitchFailed)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import free_bytes, fsync_dir, json_file_text, write_json_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import strip_userinfo
-from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import normalize_sha256
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import normalize_sha256, omitted_packages
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import kernels_wanted
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import text_sha256
 
 MARKER_NAME = ".llmfleet-engine.json"
@@ -76,6 +77,15 @@ def wanted_spec(params, uv_version):
                     "exclude_newer_package"):
             del spec[key]
         spec["lock_sha256"] = text_sha256(params["lock"])
+    else:
+        # in the spec only when set (an environment built before these options stays up to date), sorted:
+        # a list in another order is the same lock
+        omit = omitted_packages(params["engine"], params.get("omit_packages"))
+        kernels = kernels_wanted(params)
+        if omit:
+            spec["omit_packages"] = omit
+        if kernels:
+            spec["kernels"] = kernels
     return spec
 
 

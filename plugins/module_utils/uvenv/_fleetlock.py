@@ -41,10 +41,13 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc impo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
-    index_credentials, no_wheel, normalize_sha256, param_secrets, parse_uv_version, requirement_lines)
+    index_credentials, no_wheel, normalize_sha256, omitted_packages, param_secrets, parse_uv_version, requirement_lines)
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
+    flashinfer_version, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines, kernel_problems,
+    kernels_wanted)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
-    check_engine, check_expect, lock_text_problems, lock_versions, parse_lock, text_sha256)
+    check_engine, check_expect, check_omitted, lock_text_problems, lock_versions, parse_lock, text_sha256)
 
 STATE_FORMAT = 1
 _PYTHON_VERSION = re.compile(r"^3\.[0-9]+(?:\.[0-9]+)?$")
@@ -83,6 +86,8 @@ class FleetLock:
         self.pylock = pylock_path(self.dest) if params.get("pylock") else None
         self.secrets = param_secrets(params)
         self.cmd = None
+        self.omit = []
+        self.kernels = None
         # who may own what decides the lock (_trust): root, and the user running the module
         self.trusted = trusted_uids() if trusted is None else frozenset(trusted)
 
@@ -104,6 +109,8 @@ class FleetLock:
             raise OptionError("dest %s is a directory; give the lock file's path (for example %s)"
                               % (self.dest, os.path.join(self.dest, "vllm.txt")))
         exclude_newer_package_args(p.get("exclude_newer_package"))
+        self.omit = omitted_packages(p["engine"], p.get("omit_packages"))
+        self.kernels = kernels_wanted(p)
         check_requirement_inputs(p["engine"], p["version"], p.get("requirements"), p.get("wheel"), where=(
             "the caller: in the engine_node role, the wheel URL is the fleet cache's listing (devpi_wheel) or "
             "GitHub's release assets (github_digest), an upstream's word"))
@@ -141,7 +148,8 @@ class FleetLock:
                     untrusted=dict(problem.as_dict(), option=option, path=place))
 
     def env(self):
-        credentials = index_credentials(self.p.get("index_url"), self.p.get("extra_index_url"))
+        credentials = index_credentials(self.p.get("index_url"), kernel_extra_index(
+            self.p.get("extra_index_url"), self.p.get("kernels_index_url")))
         return fleet_environ(self.p.get("cache_dir"), credentials)
 
     def uv_version(self):
@@ -156,7 +164,7 @@ class FleetLock:
         """What decides the lock, recorded in ``<dest>.json``: URLs without credentials."""
         p = self.p
         wheel = p.get("wheel")
-        return {
+        inputs = {
             "engine": p["engine"],
             "version": p["version"],
             "requirements": [r.strip() for r in p.get("requirements") or [] if r and r.strip()],
@@ -174,6 +182,12 @@ class FleetLock:
             "pylock": bool(p.get("pylock")),
             "uv": uv_version,
         }
+        # recorded only when set: a lock compiled before these options existed stays up to date
+        if self.omit:
+            inputs["omit_packages"] = list(self.omit)
+        if self.kernels:
+            inputs["kernels"] = dict(self.kernels)
+        return inputs
 
     def recorded(self):
         try:
@@ -212,21 +226,28 @@ class FleetLock:
         problems = check_engine(entries, self.p["engine"], self.p["version"], dict(
             wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
         problems += check_expect(entries, self.p.get("expect"))
+        problems += check_omitted(entries, self.omit)
         if problems:
             raise LockMismatch("the lock compiled for %s is not what was asked: %s. %s"
                                % (self.label(), "; ".join(problems), after),
                                problems=problems, packages=lock_versions(entries))
         return entries
 
-    def _argv(self, output, pylock=False, src="-"):
+    def _argv(self, output, pylock=False, src="-", kernels=False):
+        """``kernels``: the second resolution (and the pylock of a lock with the kernels): FlashInfer's
+        index as the last extra index, the jit-cache's cut-off lifted."""
         p = self.p
         header = "llmfleet.engines.uv_fleet_lock: %s, as of %s" % (self.label(), p["exclude_newer"])
+        extra, per_package = p.get("extra_index_url"), p.get("exclude_newer_package")
+        if kernels:
+            extra = kernel_extra_index(extra, p.get("kernels_index_url"))
+            per_package = kernel_exclude_newer(per_package)
         return fleet_compile_argv(
             self.uv, output, p["exclude_newer"], p["python_version"], p["python_platform"],
-            p.get("exclude_newer_package"), index_args(p.get("index_url"), p.get("extra_index_url"),
-                                                       p.get("index_strategy")), header, pylock, src)
+            per_package, index_args(p.get("index_url"), extra, p.get("index_strategy")), header, pylock, src,
+            omit=self.omit)
 
-    def _compile(self, argv, data, deadline, what):
+    def _compile(self, argv, data, deadline, what, failure=None):
         left = deadline - self.clock()
         if left <= 0:
             raise InstallTimeout("compiling the lock for %s did not finish within timeout (%s s)"
@@ -244,7 +265,7 @@ class FleetLock:
                         "choose a build or a platform that has one."
                         % (found[0], self.p["python_platform"], self.p["python_version"]))
             raise ResolveFailed("%s failed (uv exit %s): %s.%s Nothing was written to %s."
-                                % (what, res.rc, output, hint, self.dest),
+                                % (failure(res.output) if failure else what, res.rc, output, hint, self.dest),
                                 uv_output=output, cmd=redact(argv, self.secrets))
         return res
 
@@ -292,11 +313,28 @@ class FleetLock:
             with open(tmp, encoding="utf-8") as handle:
                 text = handle.read()
             entries = self.check(text, "Nothing was written to %s." % self.dest)
+            version = flashinfer_version(entries) if self.kernels else None
+            if version:
+                # FlashInfer's kernels at flashinfer-python's version, into the same lock
+                argv = self._argv(tmp, kernels=True)
+                self._compile(argv, "\n".join(reqs + kernel_lines(version, self.kernels["label"])), deadline,
+                              "resolving FlashInfer's kernels for flashinfer-python %s" % version,
+                              failure=lambda out: kernel_failure(out, version, self.kernels["label"],
+                                                                 self.p["kernels_index_url"]))
+                with open(tmp, encoding="utf-8") as handle:
+                    text = handle.read()
+                second = self.check(text, "Nothing was written to %s." % self.dest)
+                problems = kernel_problems(entries, second, version, self.kernels["label"])
+                if problems:
+                    raise LockMismatch("the lock compiled for %s with FlashInfer's kernels is not what was asked: %s. "
+                                       "Nothing was written to %s." % (self.label(), "; ".join(problems), self.dest),
+                                       problems=problems, packages=lock_versions(second))
+                entries = second
             pylock_sha = None
             if self.pylock:
                 out = os.path.join(work, "pylock.toml")
                 # from the checked lock: the same pins, in PEP 751 form
-                self._compile(self._argv(out, pylock=True, src=tmp), None, deadline,
+                self._compile(self._argv(out, pylock=True, src=tmp, kernels=bool(version)), None, deadline,
                               "writing the lock for %s as pylock.toml" % self.label())
                 with open(out, "rb") as handle:
                     data = handle.read()

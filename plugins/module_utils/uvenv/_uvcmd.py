@@ -115,7 +115,8 @@ def exclude_newer_package_args(per_package):
 def param_secrets(params):
     """``url_secrets`` of every URL option of uv_engine_env."""
     return url_secrets(params.get("index_url"), params.get("python_install_mirror"),
-                       (params.get("wheel") or {}).get("url"), *(params.get("extra_index_url") or []))
+                       (params.get("wheel") or {}).get("url"), params.get("kernels_index_url"),
+                       *(params.get("extra_index_url") or []))
 
 
 def _named_indexes(index_url=None, extra_index_url=None):
@@ -255,6 +256,43 @@ def _shown(value):
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+# A project name as PEP 508 writes one (letters, digits, ``.``, ``-``, ``_``; a letter or digit at each end).
+_PROJECT_NAME = re.compile(r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])\Z")
+
+
+def _normalized(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def omitted_packages(engine, omit):
+    """``omit_packages`` checked: each a PEP 508 project name, not the engine. Returns the names PEP 503
+    normalised, without duplicates, sorted (the order given decides nothing). Raises OptionError naming
+    the option, the value and what is allowed."""
+    names = set()
+    for index, name in enumerate(omit or []):
+        text = name if isinstance(name, str) else str(name)
+        if not _PROJECT_NAME.match(text):
+            raise OptionError(
+                "omit_packages[%d] %s is not a project name: a PEP 508 name is letters, digits, '.', '-' and '_', "
+                "starting and ending with a letter or digit (for example torchvision). Nothing was done."
+                % (index, _shown(text)), option="omit_packages[%d]" % index, value=_shown(text))
+        if _normalized(text) == _normalized(engine or ""):
+            raise OptionError(
+                "omit_packages[%d] %s is the engine itself (%s): the engine cannot be left out of its own lock. "
+                "Nothing was done." % (index, _shown(text), engine), option="omit_packages[%d]" % index,
+                value=_shown(text))
+        names.add(_normalized(text))
+    return sorted(names)
+
+
+def no_emit_args(omit):
+    """``--no-emit-package NAME`` for each name left out of the lock (resolved, not written)."""
+    args = []
+    for name in omit or ():
+        args += ["--no-emit-package", name]
+    return args
+
+
 def engine_requirement(engine, version, wheel=None):
     """The engine's requirement line: a pin, or the wheel's URL (without credentials) pinned by
     its sha256."""
@@ -327,11 +365,12 @@ def python_install_argv(uv, request):
     return [uv, "python", "install", request]
 
 
-def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, indexes=(), header=None):
+def compile_argv(uv, python_bin, lock_path, exclude_newer, per_package=None, indexes=(), header=None, omit=()):
     argv = [uv, "pip", "compile", "--generate-hashes", "--emit-index-annotation", "--no-build",
             "--exclude-newer", exclude_newer]
     argv += exclude_newer_package_args(per_package)
     argv += list(indexes)
+    argv += no_emit_args(omit)
     if header:
         argv += ["--custom-compile-command", header]
     argv += ["--python", python_bin, "--output-file", lock_path, "-"]
@@ -373,7 +412,7 @@ def fleet_environ(cache_dir=None, credentials=None):
 
 
 def fleet_compile_argv(uv, output, exclude_newer, python_version, python_platform, per_package=None,
-                       indexes=(), header=None, pylock=False, src="-"):
+                       indexes=(), header=None, pylock=False, src="-", omit=()):
     """``uv pip compile`` for nodes described by ``python_version`` and ``python_platform``, not for
     this machine: no ``--python``. ``pylock``: PEP 751 format (``output`` must be named
     ``pylock.toml`` or ``pylock.<name>.toml``)."""
@@ -383,6 +422,7 @@ def fleet_compile_argv(uv, output, exclude_newer, python_version, python_platfor
     argv += ["--exclude-newer", exclude_newer]
     argv += exclude_newer_package_args(per_package)
     argv += list(indexes)
+    argv += no_emit_args(omit)
     argv += ["--python-version", python_version, "--python-platform", python_platform]
     if header:
         argv += ["--custom-compile-command", header]

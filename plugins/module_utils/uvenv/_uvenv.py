@@ -57,13 +57,16 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress import ProgressFile, utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
-    param_secrets, parse_uv_version, python_find_argv, python_install_argv, requirement_lines,
+    omitted_packages, param_secrets, parse_uv_version, python_find_argv, python_install_argv, requirement_lines,
     resolve_command, uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
-    check_engine, check_expect, lock_text_problems, lock_versions, normalize_name, parse_lock, text_sha256,
-    versions_match)
+    check_engine, check_expect, check_omitted, lock_text_problems, lock_versions, normalize_name, parse_lock,
+    text_sha256, versions_match)
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
+    JIT_CACHE, flashinfer_version, given_lock_problems, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines,
+    kernel_problems, kernels_wanted)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
     BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
     start_partial)
@@ -99,6 +102,21 @@ def gpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
                              classification=result.get("classification"), hint=result.get("hint"))
     result["driver_version"] = facts.get("driver_version")
     return result
+
+
+def cpu_step(run, python_bin, env, nvidia_smi, timeout, engine="vllm"):
+    """The CPU build's check (``_gpu``, target ``cpu``) in the new environment: torch computing
+    on the CPU and the engine's CPU kernels. Never skipped, needs no driver (``nvidia_smi`` is not
+    used); the check's result when it passes, GpuCheckFailed when it does not."""
+    result = _gpu.compute_check(run, python_bin, timeout, env=env, engine=engine, target="cpu")
+    if not result.get("ok"):
+        raise GpuCheckFailed(_gpu.failure_message(result), gpu=result,
+                             classification=result.get("classification"), hint=result.get("hint"))
+    return result
+
+
+#: The build whose check computes on the CPU (uv_engine_env's ``build``).
+CPU_BUILD = "cpu"
 
 
 def gpu_check_mode(value):
@@ -155,6 +173,9 @@ class EngineEnv:
         self.warnings = []
         # what the URLs' credentials are, to keep them out of everything the flow reports
         self.secrets = param_secrets(params)
+        # omit_packages checked and normalised, and the kernels asked for (set by present)
+        self.omit = []
+        self.kernels = None
         # who may own what this run installs from, runs or imports (_trust): root, and the
         # running user when that is not root
         self.trusted = trusted_uids() if trusted is None else frozenset(trusted)
@@ -164,7 +185,8 @@ class EngineEnv:
     def uv_env(self):
         return uv_environ(self.cache_dir, self.python_install_dir, self.p["python_preference"],
                           self.p.get("python_install_mirror"),
-                          index_credentials(self.p.get("index_url"), self.p.get("extra_index_url")))
+                          index_credentials(self.p.get("index_url"), kernel_extra_index(
+                              self.p.get("extra_index_url"), self.p.get("kernels_index_url"))))
 
     def _no_wheel_msg(self, what, output):
         """uv refused for lack of a wheel (``--no-build``): say so, with the node's platform."""
@@ -231,6 +253,8 @@ class EngineEnv:
         check_requirement_inputs(self.p["engine"], self.p["version"], self.p.get("requirements"), self.p.get("wheel"),
                                  where=("the caller: in the engine_node role, the wheel URL is the fleet cache's listing "
                                         "(devpi_wheel) or GitHub's release assets (github_digest), an upstream's word"))
+        self.omit = omitted_packages(self.p["engine"], self.p.get("omit_packages"))
+        self.kernels = kernels_wanted(self.p)
         if self.p.get("lock") is not None:
             self.check_given_lock()
         # before uv runs at all (even its --version): what it is, and what it reads, must be
@@ -324,7 +348,9 @@ class EngineEnv:
         wheel = p.get("wheel")
         problems = check_engine(entries, p["engine"], p["version"], dict(
             wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
-        unmet = check_expect(entries, p.get("expect"))
+        unmet = check_expect(entries, p.get("expect")) + check_omitted(entries, self.omit)
+        if p.get("lock") is not None and self.kernels:
+            unmet += given_lock_problems(entries, self.kernels["label"])
         if problems or unmet:
             hint = ""
             if unmet and p.get("lock") is None:
@@ -589,16 +615,23 @@ class EngineEnv:
                     header = "llmfleet.engines.uv_engine_env: %s, as of %s" % (self._label(), p["exclude_newer"])
                     uv("resolve",
                        compile_argv(self.uv, python_bin, lock_file, p["exclude_newer"],
-                                    p.get("exclude_newer_package"), indexes, header),
+                                    p.get("exclude_newer_package"), indexes, header, self.omit),
                        ResolveFailed,
                        "resolving %s as of %s" % (", ".join(reqs), p["exclude_newer"]),
                        data="\n".join(reqs))
                     with open(lock_file, encoding="utf-8") as handle:
                         entries = parse_lock(handle.read())
+                    version = flashinfer_version(entries) if self.kernels else None
+                    if version:
+                        entries = self._resolve_kernels(uv, python_bin, lock_file, header, reqs, entries, version)
                     self._check_lock(entries, "the lock for %s" % self._label(),
                                      "Nothing was installed; the environment at %s is unchanged." % self.path)
             with timed("install"):
-                uv("install", install_argv(self.uv, python_bin, lock_file, indexes), InstallFailed,
+                # the kernels' files are on their own index: the install looks there too, when the lock has them
+                install_indexes = index_args(p.get("index_url"), kernel_extra_index(
+                    p.get("extra_index_url"), p.get("kernels_index_url") if self.kernels and JIT_CACHE in entries else None),
+                    p.get("index_strategy"))
+                uv("install", install_argv(self.uv, python_bin, lock_file, install_indexes), InstallFailed,
                    "installing the lock of %s (%d packages) into %s" % (self._label(), len(entries), self.partial))
             if p.get("share_files", True):
                 with timed("share"):
@@ -618,8 +651,9 @@ class EngineEnv:
                 with timed("gpu"):
                     engine = "vllm" if normalize_name(p["engine"]) == "vllm" else "none"
                     try:
-                        gpu_result = self.gpu(run, python_bin, self._check_env(), p.get("nvidia_smi"),
-                                              min(remaining("gpu"), 600), engine)
+                        check = cpu_step if p.get("build") == CPU_BUILD else self.gpu
+                        gpu_result = check(run, python_bin, self._check_env(), p.get("nvidia_smi"),
+                                           min(remaining("gpu"), 600), engine)
                         if gpu_check == "required" and gpu_result.get("skipped"):
                             raise GpuCheckFailed(
                                 "gpu_check is required (the node's NVIDIA driver was seen when this "
@@ -656,6 +690,33 @@ class EngineEnv:
                     self._drop_cache(cache_lock)
                 cache_lock.release()
         return marker, entries
+
+    def _resolve_kernels(self, uv, python_bin, lock_file, header, reqs, entries, version):
+        """The second resolution (``_kernels``): the same requirements and FlashInfer's kernels at
+        flashinfer-python's ``version``, into the same lock file; every other package must stay."""
+        p, label = self.p, self.kernels["label"]
+        indexes = index_args(p.get("index_url"), kernel_extra_index(p.get("extra_index_url"), p["kernels_index_url"]),
+                             p.get("index_strategy"))
+        try:
+            uv("resolve", compile_argv(self.uv, python_bin, lock_file, p["exclude_newer"],
+                                       kernel_exclude_newer(p.get("exclude_newer_package")), indexes, header, self.omit),
+               ResolveFailed, "resolving FlashInfer's kernels for flashinfer-python %s" % version,
+               data="\n".join(reqs + kernel_lines(version, label)))
+        except ResolveFailed as exc:
+            exc.msg = "%s: %s" % (kernel_failure(exc.details.get("uv_output"), version, label, p["kernels_index_url"]),
+                                  exc.msg)
+            raise
+        with open(lock_file, encoding="utf-8") as handle:
+            second = parse_lock(handle.read())
+        problems = kernel_problems(entries, second, version, label)
+        if problems:
+            raise LockMismatch("the lock for %s with FlashInfer's kernels is not what was asked: %s. Nothing was "
+                               "installed; the environment at %s is unchanged." % (self._label(), "; ".join(problems),
+                                                                                    self.path),
+                               problems=problems, packages=lock_versions(second))
+        self._check_lock(second, "the lock for %s" % self._label(),
+                         "Nothing was installed; the environment at %s is unchanged." % self.path)
+        return second
 
     def _find_python(self, run, env, uv, remaining):
         """The interpreter the environment is made from, resolved before uv venv runs it: a path as

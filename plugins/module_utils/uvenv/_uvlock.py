@@ -168,6 +168,13 @@ def check_expect(packages, expect):
     return problems
 
 
+def check_omitted(packages, omit):
+    """Problems with the lock against ``omit_packages`` (normalised names): each one still in it."""
+    names = sorted({normalize_name(name) for name in omit or []})
+    return ["%s is in the lock, but omit_packages leaves it out" % describe_package(packages[name])
+            for name in names if name in packages]
+
+
 def check_engine(packages, engine, version, wheel=None):
     """Problems with the engine's entry in the lock (its version, the wheel's pinned hash)."""
     entry = packages.get(normalize_name(engine))

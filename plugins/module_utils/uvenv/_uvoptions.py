@@ -23,5 +23,8 @@ def uv_argument_spec():
         extra_index_url=dict(type="list", elements="str", default=[]),
         index_strategy=dict(type="str", choices=list(INDEX_STRATEGIES)),
         exclude_newer_package=dict(type="dict"),
+        omit_packages=dict(type="list", elements="str", default=[]),
+        kernels_index_url=dict(type="str"),
+        kernels_label=dict(type="str"),
         uv=dict(type="path"),
     )

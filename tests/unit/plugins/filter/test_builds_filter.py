@@ -79,7 +79,7 @@ def test_engine_build_plan_defaults_to_auto():
 
 @pytest.mark.parametrize("facts, version, requested, match", [
     ({}, "0.9.0", "auto", "engine_build_plan: vLLM 0.9.0 is older than the oldest version the build table knows"),
-    ({}, "0.20.0", "cu12", "engine_build_plan: build 'cu12' is not one of auto, cu13, cu129, none"),
+    ({}, "0.20.0", "cu12", "engine_build_plan: build 'cu12' is not one of auto, cu13, cu129, cpu, none"),
     ({}, "0.11.0", "cu13", "engine_build_plan: vLLM 0.11.0 publishes no cu13 build"),
     ("580.65.06", "0.20.0", "auto", "engine_build_plan: the input must be gpu_probe's result"),
 ])

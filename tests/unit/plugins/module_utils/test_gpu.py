@@ -448,3 +448,73 @@ def test_the_check_sees_only_the_environment_s_own_packages(tmp_path, monkeypatc
     assert result["torch"] == "1.0+env", result
     assert result["ok"] is True, result
     assert result["output"] == "PYTHONPATH seen: None"
+
+
+# --- the CPU build's check: torch on the CPU and vLLM's CPU kernels, no GPU, no nvidia-smi ----
+
+CPU_MODES = [
+    # (environment, ok, classification, stage, error fragment)
+    ({}, True, None, None, None),
+    ({"FAKE_TORCH_CPU": "wrong"}, False, "other", "torch computing on the CPU",
+     "differs from the exact product in 1 of 32 elements"),
+    ({"FAKE_TORCH_CPU": "illegal_instruction"}, False, "other", "torch computing on the CPU", "(killed by signal 4)"),
+    ({"FAKE_TORCH_CUDA": "glibc"}, False, "glibc", "import vllm._C", "GLIBC_2.38"),
+]
+
+
+@pytest.mark.parametrize("env, ok, kind, stage, error", CPU_MODES)
+def test_cpu_check_with_the_fake_runtime(fake_runtime, env, ok, kind, stage, error):
+    """FAKE_TORCH_CUDA stays none (no GPU) unless said: the CPU check needs none."""
+    result = _gpu.compute_check(real_run, fake_runtime, 60, env=env, target="cpu")
+    assert (result["ok"], result["classification"], result["stage"]) == (ok, kind, stage), result
+    assert result["target"] == "cpu"
+    if ok:
+        assert [d["ok"] for d in result["devices"]] == [True] and result["devices"][0]["name"].startswith("cpu (")
+        assert result["engine_op"] == {"name": "vllm", "version": "0.20.0", "op": "vllm._custom_ops.rms_norm", "ok": True}
+    else:
+        assert error in result["error"] and result["hint"], result
+        assert _gpu.failure_message(result).startswith("the CPU check in %s failed" % fake_runtime)
+    if env.get("FAKE_TORCH_CPU") == "illegal_instruction":
+        assert "illegal instruction" in result["hint"]
+
+
+def test_cpu_check_imports_the_engine_kernels(tmp_path):
+    """torch computes right, but the engine's compiled kernels do not load: the check fails at them."""
+    python = make_env(tmp_path / "env", {
+        "torch/__init__.py": CPU_TORCH,
+        "vllm/__init__.py": "__version__ = '0.31.0+cpu'\n",
+        "vllm/_C.py": "raise ImportError('libnuma.so.1: cannot open shared object file: No such file or directory')\n",
+    })
+    torch_only = _gpu.compute_check(real_run, python, 60, engine="none", target="cpu")
+    assert torch_only["ok"] is True and torch_only["engine_op"] is None, torch_only
+    result = _gpu.compute_check(real_run, python, 60, engine="vllm", target="cpu")
+    assert (result["ok"], result["stage"]) == (False, "import vllm._C"), result
+    assert "libnuma.so.1" in result["error"] and result["engine_op"]["version"] == "0.31.0+cpu"
+
+
+# a torch of a few lines that multiplies for real (nested lists, as real torch's tolist gives)
+CPU_TORCH = '''
+__version__ = "2.13.0+cpu"
+float32 = "f"
+class version: cuda = None
+class T:
+    def __init__(self, rows): self.rows = rows
+    def __matmul__(self, o):
+        return T([[sum(a * b for a, b in zip(r, c)) for c in zip(*o.rows)] for r in self.rows])
+    def tolist(self): return self.rows
+def tensor(data, dtype=None): return T([[float(x) for x in r] for r in data])
+'''
+
+
+def test_the_cpu_check_needs_no_gpu_and_no_nvidia_smi(fake_runtime, monkeypatch):
+    """The GPU check fails on this node (no CUDA device); the CPU check passes, with no nvidia-smi on PATH."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    gpu = _gpu.compute_check(real_run, fake_runtime, 60, env={"FAKE_TORCH_CUDA": "none"})
+    assert gpu["ok"] is False and gpu["classification"] == "no_device"
+    cpu = _gpu.compute_check(real_run, fake_runtime, 60, env={"FAKE_TORCH_CUDA": "none"}, target="cpu")
+    assert cpu["ok"] is True and cpu["torch_cuda"] == "13.0", cpu
+
+
+def test_compute_check_refuses_an_unknown_target():
+    with pytest.raises(ValueError, match="target must be gpu or cpu, not 'tpu'"):
+        _gpu.compute_check(Canned((0, "", "")), "/env/bin/python", 30, target="tpu")

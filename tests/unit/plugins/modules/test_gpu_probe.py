@@ -171,7 +171,7 @@ def test_bad_versions_fail_with_facts_kept(case, capsys, version, build, fragmen
 def test_a_build_outside_the_choices_is_refused(case, capsys):
     case("h100-580")
     code, result, _out = probe(capsys, version="0.20.0", build="cu12")
-    assert code == 1 and "value of build must be one of: auto, cu13, cu129, none" in result["msg"]
+    assert code == 1 and "value of build must be one of: auto, cu13, cu129, cpu, none" in result["msg"]
 
 
 @pytest.mark.parametrize("option", ["timeout", "python_timeout"])
@@ -305,3 +305,29 @@ def test_the_real_h200_capture_gives_what_gpu_probe_answered_on_the_device(case,
         assert result["choice"] == there["choice"]
     else:   # the choice names the node's architecture only where a wheel does not fit
         assert result["choice"]["build"] == there["choice"]["build"]
+
+
+def test_build_cpu_checks_on_the_cpu_without_a_driver(capsys, fake_runtime, tmp_path):
+    """No nvidia-smi at all: build cpu's compute check runs on the CPU and passes; the GPU check fails there."""
+    absent = str(tmp_path / "no-driver" / "nvidia-smi")
+    code, result, _out = probe(capsys, nvidia_smi=absent, python=fake_runtime, build="cpu")
+    assert code == 0 and result["driver_version"] is None and result["gpus"] == []
+    compute = result["compute"]
+    assert compute["ok"] is True and compute["target"] == "cpu", compute
+    assert compute["engine_op"]["ok"] is True and compute["devices"][0]["name"].startswith("cpu (")
+    code, result, _out = probe(capsys, nvidia_smi=absent, python=fake_runtime)
+    assert result["compute"]["ok"] is False and result["compute"]["classification"] == "no_device"
+
+
+def test_build_cpu_of_0_31_0_on_this_nodes_glibc(capsys, tmp_path):
+    """The choice on this machine's own glibc: blocked below 2.39, naming both, else cpu."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds, _gpu
+
+    code, result, _out = probe(capsys, nvidia_smi=str(tmp_path / "none"), version="0.31.0", build="cpu")
+    assert code == 0 and result["choice"]["build"] == "cpu"
+    glibc = _gpu.glibc_version()
+    if _builds.at_least(glibc, "2.39"):
+        assert result["choice"]["blocked"] is None
+    else:
+        assert "glibc %s is older than 2.39" % glibc in result["choice"]["blocked"]
+        assert result["choice"]["blocked"] in warnings_text(result)

@@ -25,6 +25,19 @@ NO_DRIVER = (
 INVALID_ORDINAL = "CUDA error: invalid device ordinal" + _ASYNC_NOTE
 
 
+CPU_MODES = ("ok", "wrong", "illegal_instruction")
+
+
+def cpu_mode():
+    """The simulated CPU (FAKE_TORCH_CPU): ``ok``; ``wrong``: a matrix product computes one element
+    wrong; ``illegal_instruction``: the process dies of SIGILL at a matrix product, as a torch built
+    for instructions this CPU lacks does."""
+    value = os.environ.get("FAKE_TORCH_CPU", "ok").strip() or "ok"
+    if value not in CPU_MODES:
+        raise RuntimeError("fake torch: FAKE_TORCH_CPU=%r is not one of %s" % (value, ", ".join(CPU_MODES)))
+    return value
+
+
 def mode():
     """The simulated CUDA state (FAKE_TORCH_CUDA)."""
     value = os.environ.get("FAKE_TORCH_CUDA", "none").strip() or "none"

@@ -85,6 +85,27 @@ class Tensor:
     def __truediv__(self, other):
         return self._binary(other, lambda a, b: a / b)
 
+    def __matmul__(self, other):
+        self._launch()
+        if len(self.shape) != 2 or len(other.shape) != 2 or self.shape[1] != other.shape[0]:
+            raise RuntimeError("mat1 and mat2 shapes cannot be multiplied (%s and %s)"
+                               % (list(self.shape), list(other.shape)))
+        if other.device != self.device:
+            raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, %s and %s!"
+                               % (self.device, other.device))
+        rows, inner, cols = self.shape[0], self.shape[1], other.shape[1]
+        cpu = _fake.cpu_mode() if not self.is_cuda else "ok"
+        if cpu == "illegal_instruction":
+            import os  # pylint: disable=import-outside-toplevel
+            import signal  # pylint: disable=import-outside-toplevel
+
+            os.kill(os.getpid(), signal.SIGILL)
+        values = [math.fsum(self._data[i * inner + k] * other._data[k * cols + j] for k in range(inner))
+                  for i in range(rows) for j in range(cols)]
+        if cpu == "wrong" and values:
+            values[-1] += 1.0
+        return Tensor(values, (rows, cols), self.device, self.dtype)
+
     def sum(self):
         """Sum of all elements, as a 0-d tensor."""
         self._launch()
@@ -126,6 +147,27 @@ def _new(shape, value, device, dtype):
     if target.type == "cuda":
         _fake.check_cuda_context(target.index)
     return Tensor([value] * shape.numel(), shape, target, dtype or float32)
+
+
+def _nested(data):
+    """(flat values, shape) of a number or nested lists."""
+    if isinstance(data, (list, tuple)):
+        parts = [_nested(item) for item in data]
+        shapes = {shape for _values, shape in parts}
+        if len(shapes) > 1:
+            raise ValueError("expected sequence of equal length lists")
+        inner = shapes.pop() if shapes else ()
+        return [x for values, _shape in parts for x in values], (len(data),) + inner
+    return [float(data)], ()
+
+
+def tensor(data, dtype=None, device=None):
+    """A tensor holding ``data`` (a number or nested lists)."""
+    values, shape = _nested(data)
+    target = _device(device or "cpu")
+    if target.type == "cuda":
+        _fake.check_cuda_context(target.index)
+    return Tensor(values, shape, target, dtype or float32)
 
 
 def ones(*shape, device=None, dtype=None):

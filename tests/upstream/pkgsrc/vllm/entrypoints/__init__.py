@@ -1,0 +1,1 @@
+"""vLLM's entry points (fake): only the OpenAI-compatible API server's module."""

@@ -30,8 +30,8 @@ def node_python():
 
 def installed(env_path):
     """The distributions in an environment's site-packages, by their dist-info directory names."""
-    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(str(env_path), "lib", "python*",
-                                                                     "site-packages", "*.dist-info")))
+    pattern = os.path.join(str(env_path), "lib", "python*", "site-packages", "*.dist-info")
+    return sorted(os.path.basename(p) for p in glob.glob(pattern))
 
 
 def sha256_of(upstream, path):

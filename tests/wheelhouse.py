@@ -7,7 +7,11 @@ ordinary client) and this serves them as PyPI's simple pages do: ``/simple/<proj
 each file with ``#sha256=`` and ``data-requires-python``-less links to ``/files/<name>``; a name
 that is not normalized (PEP 503) answers 301 to the normalized one; anything else is 404.
 
-    python -m tests.wheelhouse --dir DIR [--port 0] [--ready-file F]
+    python -m tests.wheelhouse --dir DIR [--index-path simple] [--port 0] [--ready-file F]
+
+``--index-path whl/cpu`` serves the pages under ``/whl/cpu/<project>/`` instead, as PyTorch's
+``cpu`` index is laid out (the real-engine scenario's torch index: the CPU torch wheel of the
+machine image, ``tests/cpu_torch.py``).
 
 prints ``{"url": ..., "pid": ...}`` as one JSON line once it serves (and writes it to F) and
 stops on SIGTERM/SIGINT. ``requests`` counts the files served, by name.
@@ -43,8 +47,9 @@ def project_of(filename: str) -> str:
 class Wheelhouse:
     """Serves ``directory``'s ``*.whl`` (and sdists) as a simple index."""
 
-    def __init__(self, directory: pathlib.Path, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, directory: pathlib.Path, host: str = "127.0.0.1", port: int = 0, index_path: str = "simple"):
         self.directory = pathlib.Path(directory)
+        self.index = [p for p in index_path.split("/") if p]
         self.files: dict[str, pathlib.Path] = {}
         self.digests: dict[str, str] = {}
         self.projects: dict[str, list[str]] = {}
@@ -62,13 +67,20 @@ class Wheelhouse:
                 """Silent."""
 
             def do_GET(self):  # noqa: N802
-                status, headers, body = house.route(urllib.parse.urlsplit(self.path).path)
+                self._answer(True)
+
+            def do_HEAD(self):  # noqa: N802 - uv asks HEAD of a large wheel before it reads its metadata
+                self._answer(False)
+
+            def _answer(self, with_body):
+                status, headers, body = house.route(urllib.parse.urlsplit(self.path).path, count=with_body)
                 self.send_response(status)
                 for key, value in headers.items():
                     self.send_header(key, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if with_body:
+                    self.wfile.write(body)
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.url = "http://%s:%d" % (host, self.server.server_address[1])
@@ -82,25 +94,28 @@ class Wheelhouse:
         self.server.shutdown()
         self.server.server_close()
 
-    def route(self, path: str):
-        """(status, headers, body) for a GET of ``path``."""
+    def route(self, path: str, count: bool = True):
+        """(status, headers, body) for a GET of ``path`` (a HEAD is not counted in ``requests``)."""
         parts = [urllib.parse.unquote(p) for p in path.split("/") if p]
         page = {"Content-Type": "text/html; charset=utf-8"}
-        if parts == ["simple"]:
-            links = "".join('<a href="/simple/%s/">%s</a>\n' % (p, p) for p in sorted(self.projects))
+        base = "/" + "/".join(self.index)
+        depth = len(self.index)
+        if parts == self.index:
+            links = "".join('<a href="%s/%s/">%s</a>\n' % (base, p, p) for p in sorted(self.projects))
             return 200, page, ("<!DOCTYPE html><html><body>\n%s</body></html>\n" % links).encode()
-        if len(parts) == 2 and parts[0] == "simple":
-            name = normalize(parts[1])
-            if name != parts[1]:
-                return 301, {"Location": "/simple/%s/" % name}, b""
+        if len(parts) == depth + 1 and parts[:depth] == self.index:
+            name = normalize(parts[depth])
+            if name != parts[depth]:
+                return 301, {"Location": "%s/%s/" % (base, name)}, b""
             if name not in self.projects:
                 return 404, page, b"Not Found"
             links = "".join('<a href="/files/%s#sha256=%s">%s</a><br>\n' % (
                 urllib.parse.quote(f), self.digests[f], html.escape(f)) for f in self.projects[name])
             return 200, page, ("<!DOCTYPE html><html><body>\n%s</body></html>\n" % links).encode()
         if len(parts) == 2 and parts[0] == "files" and parts[1] in self.files:
-            with self._lock:
-                self.requests[parts[1]] = self.requests.get(parts[1], 0) + 1
+            if count:
+                with self._lock:
+                    self.requests[parts[1]] = self.requests.get(parts[1], 0) + 1
             return 200, {"Content-Type": "application/octet-stream"}, self.files[parts[1]].read_bytes()
         return 404, page, b"Not Found"
 
@@ -111,8 +126,9 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-file", type=pathlib.Path)
+    parser.add_argument("--index-path", default="simple", help="where the index pages are (default: simple)")
     args = parser.parse_args(argv)
-    house = Wheelhouse(args.dir, args.host, args.port).start()
+    house = Wheelhouse(args.dir, args.host, args.port, args.index_path).start()
     return serve_until_signalled(house, {"url": house.url}, args.ready_file)
 
 

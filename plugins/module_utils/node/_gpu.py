@@ -226,6 +226,13 @@ def check():
     _custom_ops.rms_norm(out, x, weight, 1e-6)
     expect(out.sum().item(), 256.0, "rms_norm of a 4x64 block of threes on the CPU")
     R["engine_op"]["ok"] = True
+    # torch's Inductor compiles vLLM's CPU code with a C++ compiler at the warm-up and at the first
+    # request (even with --enforce-eager): without one the engine starts, then dies
+    stage("a C++ compiler for torch's Inductor")
+    import os, shutil
+    if not (os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")):
+        raise RuntimeError("no C++ compiler (g++ or c++) on this node's PATH: torch's Inductor compiles vLLM's CPU "
+                           "code with it when the engine starts and at its first request")
 '''
 #: What each ``target`` of the compute check runs.
 COMPUTE_CHECK_SCRIPT += _CHECK_MAIN
@@ -586,6 +593,15 @@ def classify_cpu(text, result=None):
     if result.get("rc") in (-4, 132) or "Illegal instruction" in (text or ""):
         return "other", ("the interpreter died of an illegal instruction: this CPU lacks an instruction set that "
                          "the CPU build of torch or vLLM was compiled for; set engine_node_build to none for this node")
+    if "no C++ compiler (g++ or c++)" in (text or ""):
+        return "other", ("install a C++ compiler on the node (Debian and Ubuntu: g++; RHEL: gcc-c++) and run again: "
+                         "vLLM's CPU engine cannot serve without one")
+    missing = re.search(r"(lib[A-Za-z0-9_+-]+\.so[.0-9]*): cannot open shared object file", text or "")
+    if missing:
+        library = missing.group(1)
+        package = {"libnuma.so.1": " (Debian and Ubuntu: libnuma1; RHEL: numactl-libs)"}.get(library, "")
+        return "other", ("the engine's CPU kernels need the system library %s, which this node does not have: "
+                         "install it%s and run again" % (library, package))
     return "other", "the CPU check failed for a reason not recognised: read the error and the output"
 
 

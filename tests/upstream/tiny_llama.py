@@ -171,7 +171,7 @@ def safetensors_bytes() -> bytes:
         for dim in shape:
             count *= dim
         norm = name.endswith("norm.weight")
-        data = bf16([1.0] * count if norm else [rng.gauss(0.0, 0.02) for _ in range(count)])
+        data = bf16([1.0] * count if norm else [rng.gauss(0.0, 0.02) for _number in range(count)])
         header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [at, at + len(data)]}
         chunks.append(data)
         at += len(data)

@@ -31,7 +31,7 @@ def latency(args):
     key = open(args.api_key_file, encoding="utf-8").read().strip()
     completion(args.port, args.model, key)  # the first request after a start warms up: not counted
     times = []
-    for _ in range(args.n):
+    for _number in range(args.n):
         start = time.monotonic()
         answer = completion(args.port, args.model, key)
         times.append(round((time.monotonic() - start) * 1000, 1))

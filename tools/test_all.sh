@@ -39,13 +39,14 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "test: not root: skipping molecule (needs root: rootful podman, systemd in containers, apt); tests that make users or hand files to them skip themselves"
 fi
 
-# piece NAME: run `make NAME`, print its time, record a failure in $status/NAME.failed.
+# piece NAME: run `make NAME` (its output kept in $status/NAME.log too), print its time, record a
+# failure in $status/NAME.failed.
 piece() {
   local name=$1 start rc
   start=$(date +%s)
   echo "test: $name started at $(date -u +%H:%M:%S)"
-  "$make" --no-print-directory "$name"
-  rc=$?
+  "$make" --no-print-directory "$name" 2>&1 | tee "$status/$name.log"
+  rc=${PIPESTATUS[0]}
   if [ "$rc" -eq 0 ]; then
     echo "test: $name passed in $(( $(date +%s) - start )) s"
   else
@@ -96,6 +97,13 @@ done
 echo "test: the whole suite took $(( $(date +%s) - all_start )) s"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "test: FAILED: ${failed[*]}"
+  # Last, so that the end of the output (all CI shows) says why: a short excerpt of each failed
+  # piece's log (tools/why_failed.py); the whole logs are in build/test-all/.
+  for name in "${lane1[@]}" ${lane2[@]+"${lane2[@]}"}; do
+    [ -e "$status/$name.failed" ] || continue
+    echo "test: why $name failed (build/test-all/$name.log):"
+    python3 tools/why_failed.py "$status/$name.log" | sed 's/^/  /'
+  done
   exit 1
 fi
 if [ "${#skipped[@]}" -gt 0 ]; then

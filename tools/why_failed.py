@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print a short excerpt of why a test piece failed, from its log (tools/test_all.sh).
 
 CI shows only the last lines of `make test`: this excerpt comes last, so a failure can be read

@@ -331,7 +331,7 @@ class Node:
                 "__engine_node_was": current or "", "__engine_node_on_disk": engines.on_disk(self.root)}
 
     def play(self, models=None, extra_vars=None, check=False, pending=None, current=None, timeout=300,
-             playbook=None) -> Run:
+             playbook=None, gateways=None) -> Run:
         """Run the engine_service role on this node; see Run.
 
         ``models``: engine_service_models (default ``self.models``). ``extra_vars``: more variables
@@ -339,7 +339,8 @@ class Node:
         ``pending``/``current``: environment names as engine_node would leave them in
         engine_node_result (``pending`` a proven environment to roll out); neither: no
         engine_node_result, the role reads the ``current`` link itself. ``playbook``: run this playbook
-        (e.g. the collection's playbooks/report.yml) against the node instead of the role."""
+        (e.g. the collection's playbooks/report.yml) against the node instead of the role. ``gateways``:
+        ``{name: variables}`` of hosts (local connections) in the group llmfleet_engine_gateway."""
         self.runs += 1
         folder = self.tmp / ("run-%02d" % self.runs)
         folder.mkdir(parents=True)
@@ -359,7 +360,12 @@ class Node:
             "engine_service_shutdown_timeout": 1,
             "engine_service_environment": environment,
         }
-        (folder / "inventory.json").write_text(json.dumps({"all": {"hosts": {"node": hostvars}}}, indent=1))
+        inventory = {"all": {"hosts": {"node": hostvars}}}
+        if gateways:
+            inventory["all"]["children"] = {"llmfleet_engine_gateway": {"hosts": {
+                name: dict({"ansible_connection": "local", "ansible_python_interpreter": PYTHON}, **variables)
+                for name, variables in gateways.items()}}}
+        (folder / "inventory.json").write_text(json.dumps(inventory, indent=1))
         play = {"name": "engine_service role test", "hosts": "node", "gather_facts": False,
                 "roles": [{"role": "llmfleet.engines.engine_service"}]}
         if pending or current:

@@ -136,6 +136,23 @@ def test_a_failed_drain_stops_nothing(node):
     assert node.envs() == [OLD, NEW]
 
 
+def test_a_failed_drain_without_undrain_tasks_leaves_current_where_it_was(node):
+    # the prune after a rollout points current at the pending environment: it must not run when the
+    # drain failed and nothing was stopped (it did when no undrain tasks were given)
+    model, unit = serve_old(node)
+    first = node.play()
+    assert first.rc == 0, first.explain()
+    pid = node.main_pid(unit)
+    node.make_env(*NEW.split("-"))
+
+    run = node.play(pending=NEW, current=OLD, extra_vars={"engine_service_drain_tasks": str(FILES / "drain_fail.yml")})
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    assert "draining the node failed" in (run.result["error"] or ""), run.result
+    assert run.verbs(*STARTING) == [], run.calls
+    assert node.main_pid(unit) == pid and served_version(model["port"]) == "0.11.2"
+    assert node.current() == OLD and node.envs() == [OLD, NEW]
+
+
 def test_a_drain_that_fails_after_taking_the_node_out_puts_it_back(node):
     model, unit = serve_old(node)
     first = node.play()

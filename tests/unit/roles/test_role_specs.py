@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
-ROLE_NAMES = ("engine_cache", "engine_node", "engine_service", "engine_uv")
+ROLE_NAMES = ("engine_cache", "engine_gateway", "engine_node", "engine_service", "engine_uv")
 
 
 def _load(role, relative):

@@ -1,0 +1,376 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine_gateway role's HAProxy, as filters: the fleet's servers read from the inventory
+(``engine_gateway_fleet``), the problems of the gateway's values (``engine_gateway_problems``) and the whole
+HAProxy configuration (``engine_gateway_haproxy_cfg``), rendered here line by line from the values the
+problems let through, so that the role's task files hold no logic and no value can add a directive of its own.
+
+One frontend per model, on a port of its own: the OpenAI API names the model in the JSON body, which HAProxy
+would have to buffer and parse to route on; a path or host rule would make every client change its URL or
+DNS. A port per model keeps the clients' URLs as they are against one node.
+
+What HAProxy does with it: tests/unit/plugins/filter/test_engine_gateway.py (``haproxy -c`` of the rendered
+text where haproxy is installed), tests/system/test_gateway_haproxy.py (a real haproxy before fake engines,
+drained through its admin socket while a client sends requests).
+Documentation: one ``<filter>.yml`` per filter beside this file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+
+from ansible.errors import AnsibleFilterError
+
+# Each value that reaches the configuration: no whitespace, quote, "#" or backslash (HAProxy would read
+# the rest of the line as another word, a comment or an escape).
+_WORD_RE = re.compile(r"[A-Za-z0-9._:/@+=-]+")
+_HOST_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
+# HAProxy's proxy and server names
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+# engine_service_models[].name
+_MODEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+BACKEND_PREFIX = "llmfleet_"
+# What is retried on another server, and why (README, "The gateway"): a connection refused or reset, an empty
+# or garbled answer (a server that stopped), and 500/503 - vLLM (0.32.0) answers every completion 500 for
+# several seconds after SIGTERM while /health still answers 200. Never a timeout: a slow generation would run
+# twice. HAProxy retries only before any byte of the answer went to the client.
+RETRY_ON = ("conn-failure", "empty-response", "junk-response", "500", "503")
+RETRY_ON_ALLOWED = ("conn-failure", "empty-response", "junk-response", "response-timeout", "0rtt-rejected",
+                    "404", "408", "425", "500", "501", "502", "503", "504")
+
+DEFAULTS = {
+    "models": [],
+    "bind": "0.0.0.0",
+    "socket": "/run/llmfleet-gateway/admin.sock",
+    "state_file": "/var/lib/llmfleet-gateway/servers.state",
+    "metrics_port": 8405,
+    "tls_certificate": "",
+    "timeout_connect": 5,
+    "timeout_client": 600,
+    "timeout_server": 600,
+    "timeout_queue": 60,
+    "maxconn": 4096,
+    "server_maxconn": 256,
+    "check_interval": 2,
+    "check_fall": 2,
+    "check_rise": 2,
+    "error_limit": 10,
+    "retries": 3,
+    "retry_on": list(RETRY_ON),
+    "hard_stop_after": 3600,
+    "request_buffer_kib": 64,
+}
+VARIABLES = {key: "engine_gateway_" + key for key in DEFAULTS}
+
+
+def _json(value):
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _whole(value, low, high):
+    if isinstance(value, bool):
+        return None
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if low <= number <= high else None
+
+
+def _address(value):
+    """An IP address (v4 or v6, no zone) or ``*``; None when it is not one."""
+    text = str(value)
+    if text == "*":
+        return text
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+def _bind(address, port):
+    return ("[%s]:%d" % (address, port)) if ":" in address else ("%s:%d" % (address, port))
+
+
+def engine_gateway_problems(values):
+    """Every problem of the gateway's own values (``values``: the keys of DEFAULTS, missing ones default), each
+    naming the variable, the value and what is allowed; [] when none."""
+    values = dict(values or {})
+    out = []
+    unknown = sorted(str(key) for key in values if key not in DEFAULTS)
+    if unknown:
+        out.append("unknown keys %s, allowed: %s" % (", ".join(unknown), ", ".join(sorted(DEFAULTS))))
+    merged = dict(DEFAULTS, **{k: v for k, v in values.items() if k in DEFAULTS})
+    for key, (low, high) in {"metrics_port": (1, 65535), "timeout_connect": (1, 3600), "timeout_client": (1, 604800),
+                             "timeout_server": (1, 604800), "timeout_queue": (1, 3600), "maxconn": (1, 1000000),
+                             "server_maxconn": (1, 100000), "check_interval": (1, 3600), "check_fall": (1, 100),
+                             "check_rise": (1, 100), "error_limit": (1, 100000), "retries": (0, 10),
+                             "hard_stop_after": (1, 604800), "request_buffer_kib": (16, 1024)}.items():
+        if _whole(merged[key], low, high) is None:
+            out.append("%s is %s, allowed: a whole number from %d to %d" % (VARIABLES[key], _json(merged[key]), low, high))
+    if _address(merged["bind"]) is None:
+        out.append("%s is %s, allowed: an IP address the gateway listens on (0.0.0.0, ::, 10.0.0.5) or *"
+                   % (VARIABLES["bind"], _json(merged["bind"])))
+    for key in ("socket", "state_file"):
+        value = merged[key]
+        if not isinstance(value, str) or not value.startswith("/") or not _WORD_RE.fullmatch(value):
+            out.append("%s is %s, allowed: an absolute path of letters, digits and ._:/@+=-"
+                       % (VARIABLES[key], _json(value)))
+    cert = merged["tls_certificate"]
+    if cert not in ("", None) and (not isinstance(cert, str) or not cert.startswith("/") or not _WORD_RE.fullmatch(cert)):
+        out.append("%s is %s, allowed: empty (no TLS), or the absolute path of a PEM file with the certificate and "
+                   "its key on the gateway (letters, digits and ._:/@+=-)" % (VARIABLES["tls_certificate"], _json(cert)))
+    retry_on = merged["retry_on"]
+    if not isinstance(retry_on, list) or any(str(item) not in RETRY_ON_ALLOWED for item in retry_on):
+        out.append("%s is %s, allowed: a list of %s" % (VARIABLES["retry_on"], _json(retry_on), ", ".join(RETRY_ON_ALLOWED)))
+    out.extend(_model_problems(merged["models"], _whole(merged["metrics_port"], 1, 65535)))
+    return out
+
+
+def _model_problems(models, metrics_port):
+    out = []
+    if not isinstance(models, list) or not models:
+        return ["engine_gateway_models is %s, allowed: a list of at least one {name: <a model name the fleet serves>, "
+                "port: <the gateway's port for it>}" % _json(models)]
+    names, ports = {}, {}
+    for index, entry in enumerate(models):
+        item = "engine_gateway_models[%d]" % index
+        if not isinstance(entry, dict):
+            out.append("%s is %s, allowed: {name, port}" % (item, _json(entry)))
+            continue
+        unknown = sorted(str(k) for k in entry if k not in ("name", "port"))
+        if unknown:
+            out.append("%s has %s, allowed keys: name, port" % (item, ", ".join(unknown)))
+        name, port = entry.get("name"), _whole(entry.get("port"), 1, 65535)
+        if not isinstance(name, str) or not _MODEL_RE.fullmatch(name):
+            out.append("%s.name is %s, allowed: a model name of engine_service_models (1-48 of a-z, 0-9 and -)"
+                       % (item, _json(name)))
+        elif name in names:
+            out.append("%s.name is %s, already engine_gateway_models[%d]" % (item, _json(name), names[name]))
+        else:
+            names[name] = index
+        if port is None:
+            out.append("%s.port is %s, allowed: a whole number from 1 to 65535" % (item, _json(entry.get("port"))))
+        elif port in ports or port == metrics_port:
+            out.append("%s.port is %d, already the port of %s" % (
+                item, port, ("engine_gateway_models[%d]" % ports[port]) if port in ports else "engine_gateway_metrics_port"))
+        else:
+            ports[port] = index
+    return out
+
+
+def engine_gateway_fleet(hostvars, hosts):
+    """The serving nodes among ``hosts`` (inventory names), read from ``hostvars``: a list of ``{host, address,
+    listen, models: [{name, port}]}``, for the hosts whose engine_service_models is a non-empty list, in the order
+    of ``hosts``. ``address`` is the host's ``engine_gateway_address``, else its ``ansible_host``, else its name;
+    ``listen`` its engine_service_host (where vLLM listens; 127.0.0.1 by default)."""
+    out = []
+    for host in hosts or []:
+        try:
+            variables = hostvars[host]
+        except KeyError:
+            raise AnsibleFilterError("engine_gateway_fleet: %s is not a host of the inventory" % _json(host))
+        models = variables.get("engine_service_models") or []
+        if not isinstance(models, list) or not models:
+            continue
+        address = variables.get("engine_gateway_address") or variables.get("ansible_host") or host
+        out.append({
+            "host": str(host),
+            "address": str(address),
+            "listen": str(variables.get("engine_service_host") or "127.0.0.1"),
+            "models": [{"name": m.get("name"), "port": m.get("port")} for m in models if isinstance(m, dict)],
+        })
+    return out
+
+
+def _fleet_problems(fleet, models, gateway_host):
+    out = []
+    served = {}
+    for node in fleet:
+        host, address = node["host"], node["address"]
+        if not _NAME_RE.fullmatch(host):
+            out.append("host %s: its inventory name cannot name an HAProxy server (allowed: 1-64 of letters, digits and "
+                       "_.:-)" % _json(host))
+            continue
+        if _CONTROL_RE.search(address) or not (_address(address) not in (None, "*") or _HOST_RE.fullmatch(address)):
+            out.append("host %s: its address %s (engine_gateway_address, else ansible_host) is not an IP address or a "
+                       "host name" % (host, _json(address)))
+            continue
+        loopback = _loopback(node["listen"])
+        if loopback and not _loopback(address) and gateway_host != host:
+            out.append("host %s: vLLM listens on %s (engine_service_host), which the gateway cannot reach at %s; set "
+                       "engine_service_host to an address the gateway reaches (0.0.0.0, or the node's)"
+                       % (host, node["listen"], address))
+        for model in node["models"]:
+            if _whole(model.get("port"), 1, 65535) is None:
+                continue  # engine_service's own checks name it on that host
+            served.setdefault(model.get("name"), []).append((host, address, int(model["port"])))
+    for entry in models:
+        if entry.get("name") not in served:
+            out.append("engine_gateway_models names %s, which no host of the fleet serves (engine_service_models of: "
+                       "%s)" % (_json(entry.get("name")), ", ".join(node["host"] for node in fleet) or "no host"))
+    return out, served
+
+
+def engine_gateway_fleet_problems(fleet, models, gateway_host=None):
+    """The problems of the fleet's servers for the gateway (engine_gateway_fleet's ``fleet``): a node the gateway
+    cannot name or reach, a model of ``models`` (engine_gateway_models) that no node serves; [] when none, and
+    when ``models`` itself is not a list of mappings (engine_gateway_problems names that)."""
+    if not isinstance(models, list) or not all(isinstance(entry, dict) for entry in models):
+        return []
+    return _fleet_problems(fleet, models, gateway_host)[0]
+
+
+def _loopback(address):
+    try:
+        return ipaddress.ip_address(str(address)).is_loopback
+    except ValueError:
+        return str(address) == "localhost"
+
+
+def engine_gateway_servers(fleet, models):
+    """The servers of each model the gateway fronts: ``[{model, backend, port, servers: [{name, address, port}]}]``,
+    ``name`` the node's inventory name (``<backend>/<name>`` is what haproxy_server drains)."""
+    _problems, served = _fleet_problems(fleet, models, None)
+    return [{"model": entry["name"], "backend": BACKEND_PREFIX + entry["name"], "port": int(entry["port"]),
+             "servers": [{"name": host, "address": address, "port": port}
+                         for host, address, port in served.get(entry["name"], [])]}
+            for entry in models]
+
+
+def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
+    """The whole HAProxy configuration of the gateway: ``values`` (engine_gateway_problems' keys), ``fleet``
+    (engine_gateway_fleet). Raises AnsibleFilterError listing every problem."""
+    problems = engine_gateway_problems(values)
+    merged = dict(DEFAULTS, **dict(values or {}))
+    if not problems:
+        fleet_problems, served = _fleet_problems(fleet, merged["models"], gateway_host)
+        problems += fleet_problems
+    if problems:
+        raise AnsibleFilterError("engine_gateway_haproxy_cfg: %s" % "; ".join(problems))
+    n = {key: int(merged[key]) for key in DEFAULTS if key in (
+        "metrics_port", "timeout_connect", "timeout_client", "timeout_server", "timeout_queue", "maxconn",
+        "server_maxconn", "check_interval", "check_fall", "check_rise", "error_limit", "retries", "hard_stop_after",
+        "request_buffer_kib")}
+    bind = _address(merged["bind"])
+    tls = (" ssl crt %s alpn http/1.1" % merged["tls_certificate"]) if merged["tls_certificate"] else ""
+    lines = [
+        "# The llmfleet gateway (llmfleet.engines.engine_gateway): written by the role, checked with haproxy -c",
+        "# before it is put in place. Edits here are replaced by the next run.",
+        "global",
+        "    log /dev/log local0",
+        "    chroot /var/lib/haproxy",
+        "    user haproxy",
+        "    group haproxy",
+        "    maxconn %d" % n["maxconn"],
+        "    # the runtime API: root only (drain, ready, the servers' state); listeners handed over on reload",
+        "    stats socket %s mode 600 level admin expose-fd listeners" % merged["socket"],
+        "    stats timeout 30s",
+        "    # the servers' states saved before a reload (a drained server stays drained)",
+        "    server-state-file %s" % merged["state_file"],
+        "    # a reload's old process lets its connections finish, for at most this long",
+        "    hard-stop-after %ds" % n["hard_stop_after"],
+        "    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets",
+        "    # a request is retried only if HAProxy holds all of it: prompts up to this size (two buffers",
+        "    # per connection at most)",
+        "    tune.bufsize %d" % (n["request_buffer_kib"] * 1024),
+        "",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option httplog",
+        "    option dontlognull",
+        "    load-server-state-from-file global",
+        "    timeout connect %ds" % n["timeout_connect"],
+        "    # a generation may stream for long; these are idle times between bytes",
+        "    timeout client %ds" % n["timeout_client"],
+        "    timeout server %ds" % n["timeout_server"],
+        "    timeout queue %ds" % n["timeout_queue"],
+        "    timeout http-request 30s",
+        "    timeout http-keep-alive 10s",
+        "    timeout check 5s",
+        "",
+        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors",
+        "frontend llmfleet_metrics",
+        "    bind %s" % _bind(bind, n["metrics_port"]),
+        "    http-request set-log-level silent",
+        "    http-request use-service prometheus-exporter if { path /metrics }",
+        "    http-request return status 404",
+    ]
+    for entry in merged["models"]:
+        name = entry["name"]
+        backend = BACKEND_PREFIX + name
+        lines += [
+            "",
+            "frontend %s" % backend,
+            "    bind %s%s" % (_bind(bind, int(entry["port"])), tls),
+            "    default_backend %s" % backend,
+            "",
+            "backend %s" % backend,
+            "    balance leastconn",
+            "    # vLLM's /health (no API key needed); a stopping vLLM still answers it 200: the rollout drains",
+            "    # the server first, and a request it answers 500 is sent again to another server",
+            "    option httpchk",
+            "    http-check send meth GET uri /health",
+            "    http-check expect status 200",
+            "    # the whole request read before it is sent: only then can HAProxy send it again",
+            "    option http-buffer-request",
+            "    retry-on %s" % " ".join(str(item) for item in merged["retry_on"]),
+            "    retries %d" % n["retries"],
+            "    option redispatch 1",
+            "    default-server inter %ds fall %d rise %d maxconn %d observe layer7 error-limit %d on-error mark-down"
+            % (n["check_interval"], n["check_fall"], n["check_rise"], n["server_maxconn"], n["error_limit"]),
+        ]
+        for host, address, port in served[name]:
+            lines.append("    server %s %s check" % (host, _bind(address, port) if _address(address) else "%s:%d" % (address, port)))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def engine_gateway_drains(hostvars, gateways, host, units):
+    """What ``host``'s rollout drains on each gateway: for each of ``gateways`` (inventory names) whose
+    engine_gateway_fleet holds ``host``, ``{gateway, socket, servers}`` with ``servers`` the ``<backend>/<host>`` of
+    the models of ``units`` (``llmfleet-vllm-<name>.service``) that the gateway fronts, and the gateway's state file
+    (saved after each change, so that a reload of the gateway keeps a drain); gateways with none left out."""
+    names = []
+    for unit in units or []:
+        unit = str(unit)
+        if unit.startswith("llmfleet-vllm-") and unit.endswith(".service"):
+            names.append(unit[len("llmfleet-vllm-"):-len(".service")])
+    out = []
+    for gateway in gateways or []:
+        try:
+            variables = hostvars[gateway]
+        except KeyError:
+            raise AnsibleFilterError("engine_gateway_drains: the gateway %s is not a host of the inventory" % _json(gateway))
+        fleet = variables.get("engine_gateway_fleet")
+        if fleet is not None and host not in fleet:
+            continue
+        fronted = {entry.get("name") for entry in variables.get("engine_gateway_models") or [] if isinstance(entry, dict)}
+        servers = ["%s%s/%s" % (BACKEND_PREFIX, name, host) for name in names if name in fronted]
+        if servers:
+            out.append({"gateway": str(gateway), "socket": str(variables.get("engine_gateway_socket") or DEFAULTS["socket"]),
+                        "state_file": str(variables.get("engine_gateway_state_file") or DEFAULTS["state_file"]),
+                        "servers": servers})
+    return out
+
+
+class FilterModule:
+    """llmfleet.engines filters for the engine_gateway role's HAProxy."""
+
+    def filters(self):
+        return {
+            "engine_gateway_problems": engine_gateway_problems,
+            "engine_gateway_fleet": engine_gateway_fleet,
+            "engine_gateway_fleet_problems": engine_gateway_fleet_problems,
+            "engine_gateway_servers": engine_gateway_servers,
+            "engine_gateway_haproxy_cfg": engine_gateway_haproxy_cfg,
+            "engine_gateway_drains": engine_gateway_drains,
+        }

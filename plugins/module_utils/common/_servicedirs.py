@@ -164,6 +164,15 @@ def ensure(root, path, uid, gid, mode, check_mode=False):
                 try:
                     os.mkdir(name, 0o700, dir_fd=fd)
                 except OSError as exc:
+                    if exc.errno == errno.EEXIST:
+                        # something was put there between the look and the mkdir (the service user racing root)
+                        try:
+                            what = _kind(_lstat_at(name, fd))
+                        except OSError:
+                            what = "something"
+                        raise ServiceDirError("%s appeared (%s) while root made it: refused (root neither follows nor"
+                                              " replaces what it finds in the service user's directories; remove it,"
+                                              " then run again)" % (here, what), here)
                     raise ServiceDirError("%s cannot be made: %s" % (here, exc.strerror), here)
                 new = True
             else:

@@ -237,3 +237,29 @@ def test_an_entry_swapped_between_the_look_and_the_open_is_refused(tree, monkeyp
         sd.ensure(str(root), str(chat), UID, GID, 0o700)
     assert err.value.path == str(chat) and "replaced by a symbolic link or a file" in err.value.msg
     assert snapshot(target) == before
+
+
+def test_an_entry_planted_between_the_look_and_the_mkdir_is_refused_by_name(tree, monkeypatch):
+    """The interleaving the serve scenario's hostile user hit in CI: the walk found no serve/triton, and
+    before its mkdir the service user planted a link there. The mkdir fails (EEXIST); the error says the
+    path was refused, naming it (as every refusal does, so that a run can be judged by its message), and
+    the link's target is untouched."""
+    root, target = tree
+    planted = root / "serve" / "triton"
+    before = snapshot(target)
+    looked = sd._lstat_at
+
+    def look_then_plant(name, dir_fd):
+        try:
+            return looked(name, dir_fd)
+        finally:
+            if name == "triton" and not os.path.lexists(str(planted)):
+                as_nobody("ln", "-s", str(target), str(planted))
+
+    monkeypatch.setattr(sd, "_lstat_at", look_then_plant)
+    with pytest.raises(sd.ServiceDirError) as err:
+        sd.ensure(str(root), str(planted), UID, GID, 0o700)
+    assert err.value.path == str(planted), err.value.msg
+    assert err.value.msg.startswith("%s appeared (a symbolic link) while root made it: refused" % planted), err.value.msg
+    assert snapshot(target) == before
+    assert os.path.islink(str(planted))

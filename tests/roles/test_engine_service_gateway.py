@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -28,6 +27,8 @@ import urllib.error
 import urllib.request
 
 import pytest
+
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
 
 from tests.roles.conftest import http_json
 from tests.unit.plugins.filter._plugins import filter_plugin
@@ -37,19 +38,6 @@ OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
 STARTING = ("start", "restart", "try-restart", "reload-or-restart", "stop", "kill")
 GATEWAY = filter_plugin("engine_gateway").FilterModule().filters()
 HAPROXY = "/usr/sbin/haproxy"
-
-
-def admin(path, command):
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(5)
-        sock.connect(path)
-        sock.sendall(command.encode() + b"\n")
-        chunks = []
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return b"".join(chunks).decode()
-            chunks.append(chunk)
 
 
 class Gateway:
@@ -81,15 +69,9 @@ class Gateway:
             time.sleep(0.1)
 
     def status(self):
-        """{server: (status, total sessions)} of the backend."""
-        text = admin(self.socket, "show stat -1 4 -1")
-        header = text[2:].splitlines()[0].split(",")
-        out = {}
-        for line in text[2:].splitlines()[1:]:
-            row = dict(zip(header, line.split(",")))
-            if row.get("pxname") == self.backend:
-                out[row["svname"]] = (row["status"], int(row["stot"] or 0))
-        return out
+        """{server: (status, total sessions)} of the backend, as the modules read them."""
+        return {row["server"]: (row["status"], row["total"]) for row in _haproxy.servers(self.socket)
+                if row["backend"] == self.backend}
 
     def wait_up(self, *names):
         deadline = time.monotonic() + 30

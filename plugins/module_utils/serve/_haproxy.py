@@ -120,14 +120,20 @@ FORCED_MAINT = 0x01
 FORCED_DRAIN = 0x08
 
 
+def _servers_state(path, timeout):
+    """The answer to ``show servers state`` (its format version on the first line), checked."""
+    text = command(path, "show servers state", timeout)
+    if not text.splitlines() or not text.splitlines()[0].strip().isdigit():
+        raise HaproxyError("haproxy: %s answered %r to show servers state" % (path, text[:200]), socket=path)
+    return text
+
+
 def admin_states(path, timeout=10.0):
     """``{"<backend>/<server>": "maint" | "drain" | "ready"}``: what ``set server ... state`` last asked of each
     server, from the admin bits of ``show servers state``. The status of ``show stat`` cannot tell: a drained
     server whose checks fail shows DOWN, and stays drained when it comes back."""
-    text = command(path, "show servers state", timeout)
+    text = _servers_state(path, timeout)
     lines = text.splitlines()
-    if not lines or not lines[0].strip().isdigit():
-        raise HaproxyError("haproxy: %s answered %r to show servers state" % (path, text[:200]), socket=path)
     header = None
     out = {}
     for line in lines[1:]:
@@ -172,10 +178,8 @@ def save_state(path, state_file, timeout=10.0):
     """Write ``show servers state`` (every backend) to ``state_file``, root-only, atomically: what
     ``load-server-state-from-file global`` gives the servers back after a reload (a drained server stays
     drained). Returns the number of servers saved."""
-    text = command(path, "show servers state", timeout)
+    text = _servers_state(path, timeout)
     lines = text.splitlines()
-    if not lines or not lines[0].strip().isdigit():
-        raise HaproxyError("haproxy: %s answered %r to show servers state" % (path, text[:200]), socket=path)
     directory = os.path.dirname(state_file) or "."
     if not os.path.isdir(directory):
         raise HaproxyError("haproxy: the directory of the state file %s does not exist" % state_file)

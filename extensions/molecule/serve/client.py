@@ -43,6 +43,9 @@ def main():
     if args.api_key_file:
         with open(args.api_key_file, encoding="utf-8") as handle:
             api_key = handle.read().strip()
+    for stale in (args.stop, args.ready, args.out):
+        if stale and os.path.exists(stale):
+            parser.error("%s exists before the client started (left by an earlier run?)" % stale)
     nodes = [(name, int(port)) for name, port in (item.split("=", 1) for item in args.node)]
     counts = {"sent": 0, "ok": 0, "failed": 0, "no_node_in_rotation_s": 0.0,
               "per_node": {name: {"sent": 0, "ok": 0, "failed": 0} for name, _port in nodes}, "errors": []}

@@ -6,7 +6,8 @@ from those of its peers and how its engine differs from the one its inventory wa
 (``engine_report_drift``), the report's serving table (``engine_report_serving``: the problems it names,
 a unit failed or restarted, a GPU the unit was given that the node no longer lists, a commit other than
 the pinned one), the Prometheus ``file_sd`` targets of every unit's ``/metrics``
-(``engine_report_targets``) and the text of one cell of its Markdown table (``engine_report_md_cell``).
+and of each gateway's HAProxy exporter (``engine_report_targets``), the gateways' servers and their states
+(``engine_report_gateways``) and the text of one cell of its Markdown table (``engine_report_md_cell``).
 
 The units themselves are read back by ``engine_service_state`` (``engine_service_status.py``). Unit tests:
 ``tests/unit/plugins/filter/test_serving_filter.py``, ``test_node_report_filter.py``. Documentation: one
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.engines.plugins.filter.engine_gateway import DEFAULTS as GATEWAY_DEFAULTS
 from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
 
 
@@ -197,13 +199,67 @@ def engine_report_serving(nodes, addresses=None, models=None):
     return out
 
 
-def engine_report_targets(nodes):
+# HAProxy's server states, as the report counts them (the first word of its status: "UP 1/2" is UP)
+GATEWAY_STATES = ("UP", "DOWN", "DRAIN", "MAINT")
+GATEWAY_UNIT = "llmfleet-gateway.service"
+
+
+def engine_report_gateways(gateways):
+    """The report's gateways: for each of ``gateways`` (``{host, address, bind, metrics_port, read}``: bind and metrics_port
+    None for engine_gateway's defaults; ``read``
+    what ``haproxy_info`` answered on it, or None when it was not read), ``{host, servers, states, metrics,
+    target, error}``: its servers (backend, server, status, current sessions, total, last check), how many are
+    in each of UP, DOWN, DRAIN and MAINT (and that in words, ``summary``), its exporter's address (``target`` None when it listens on
+    loopback only) and why it could not be read; sorted by host."""
+    if not isinstance(gateways, list):
+        raise AnsibleFilterError("engine_report_gateways: the input (the gateways read) must be a list")
+    out = []
+    for gateway in gateways:
+        gateway = _dict(gateway, "engine_report_gateways: each gateway")
+        read = gateway.get("read")
+        row = {"host": _text(gateway.get("host")), "servers": [], "states": {state: 0 for state in GATEWAY_STATES},
+               "error": None}
+        # the role's defaults where the inventory sets nothing (role defaults are not host variables)
+        port = gateway.get("metrics_port")
+        try:
+            port = int(GATEWAY_DEFAULTS["metrics_port"] if port is None else port)
+        except (TypeError, ValueError):
+            port = None
+        bind = GATEWAY_DEFAULTS["bind"] if gateway.get("bind") is None else _text(gateway.get("bind"))
+        row["target"] = _target(gateway.get("address") or row["host"], bind, port)
+        row["metrics"] = "http://%s/metrics" % row["target"] if row["target"] else "loopback only"
+        if not isinstance(read, dict):
+            row["error"] = "not read in this run (left out by --limit, or unreachable)"
+        elif read.get("failed") or not isinstance(read.get("servers"), list):
+            row["error"] = _text(read.get("msg") or "its runtime API did not answer")
+        else:
+            for server in read["servers"]:
+                server = _dict(server, "engine_report_gateways: each server read")
+                status = _text(server.get("status"))
+                first = status.split(" ", 1)[0] if status else ""
+                if first in row["states"]:
+                    row["states"][first] += 1
+                row["servers"].append({key: server.get(key) for key in ("backend", "server", "status", "current", "total", "check")})
+        counted = ", ".join("%d %s" % (row["states"][state], state) for state in GATEWAY_STATES if row["states"][state])
+        row["summary"] = "%s: %s" % (row["host"], row["error"] if row["error"] else (counted or "no servers"))
+        out.append(row)
+    return sorted(out, key=lambda row: row["host"])
+
+
+def engine_report_targets(nodes, gateways=None):
     """Prometheus ``file_sd`` targets of every unit's ``/metrics`` (``engine_report_serving``'s nodes):
     ``[{targets: [host:port], labels: {host, unit, name, model, revision, engine_version, build,
-    environment}}]``; units on loopback are left out."""
+    environment}}]``, and of each gateway's HAProxy exporter (``engine_report_gateways``' rows: labels
+    ``host`` and ``unit``); units and gateways on loopback are left out."""
     if not isinstance(nodes, list):
         raise AnsibleFilterError("engine_report_targets: the input (the report's nodes) must be a list")
+    if gateways is not None and not isinstance(gateways, list):
+        raise AnsibleFilterError("engine_report_targets: gateways (engine_report_gateways' rows) must be a list")
     out = []
+    for gateway in gateways or []:
+        gateway = _dict(gateway, "engine_report_targets: each gateway")
+        if gateway.get("target"):
+            out.append({"targets": [gateway["target"]], "labels": {"host": _text(gateway.get("host")), "unit": GATEWAY_UNIT}})
     for node in nodes:
         for unit in (node or {}).get("serving") or []:
             if not unit.get("target"):
@@ -234,5 +290,6 @@ class FilterModule:
             "engine_report_drift": engine_report_drift,
             "engine_report_serving": engine_report_serving,
             "engine_report_targets": engine_report_targets,
+            "engine_report_gateways": engine_report_gateways,
             "engine_report_md_cell": engine_report_md_cell,
         }

@@ -30,7 +30,8 @@ FILTERS = {}
 for _plugin in ("engine_node", "engine_node_wheels", "engine_node_lock", "engine_report"):
     FILTERS.update(filter_plugin(_plugin).FilterModule().filters())
 for _elsewhere in ("engine_node_uv_wheel_problem", "engine_node_github_wheel",
-                   "engine_node_exclude_newer_package", "engine_report_serving", "engine_report_targets"):
+                   "engine_node_exclude_newer_package", "engine_report_serving", "engine_report_targets",
+                   "engine_report_gateways"):
     del FILTERS[_elsewhere]
 FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_runtime_mismatch"]
 

@@ -316,6 +316,56 @@ def test_targets_file_sd():
         F["engine_report_targets"]("nodes")
 
 
+# -- the gateways (playbooks/report.yml reads each with haproxy_info) ----------------------------------------
+
+def server_row(server, status, backend="llmfleet_qwen", total=10):
+    return {"backend": backend, "server": server, "status": status, "current": 0, "queued": 0, "total": total,
+            "check": "L7OK", "address": "10.0.0.9:8000", "weight": 1}
+
+
+def test_gateways_count_their_servers_states_and_say_what_could_not_be_read():
+    read = {"changed": False, "servers": [server_row("gpu07", "UP"), server_row("gpu08", "DRAIN"),
+                                          server_row("gpu09", "UP 1/2"), server_row("gpu10", "DOWN"),
+                                          server_row("gpu11", "MAINT"), server_row("gpu12", "no check")]}
+    rows = F["engine_report_gateways"]([
+        {"host": "gw2", "address": "10.0.0.3", "bind": "127.0.0.1", "metrics_port": 8405, "read": None},
+        {"host": "gw1", "address": "10.0.0.2", "bind": None, "metrics_port": None, "read": read},
+        {"host": "gw3", "address": "gw3", "bind": "10.0.0.4", "metrics_port": 9000,
+         "read": {"failed": False, "msg": "the gateway's runtime API at /run/x.sock does not answer"}},
+    ])
+    assert [row["host"] for row in rows] == ["gw1", "gw2", "gw3"]
+    gw1, gw2, gw3 = rows
+    # "UP 1/2" is a server whose checks are changing: counted UP; "no check" is none of the four
+    assert gw1["states"] == {"UP": 2, "DOWN": 1, "DRAIN": 1, "MAINT": 1}
+    assert gw1["summary"] == "gw1: 2 UP, 1 DOWN, 1 DRAIN, 1 MAINT"
+    assert [s["server"] for s in gw1["servers"]] == ["gpu07", "gpu08", "gpu09", "gpu10", "gpu11", "gpu12"]
+    assert set(gw1["servers"][0]) == {"backend", "server", "status", "current", "total", "check"}
+    # the role's defaults: every address, port 8405
+    assert (gw1["target"], gw1["metrics"], gw1["error"]) == ("10.0.0.2:8405", "http://10.0.0.2:8405/metrics", None)
+    assert gw2["target"] is None and gw2["metrics"] == "loopback only"
+    assert gw2["error"].startswith("not read in this run") and gw2["servers"] == [] and gw2["summary"] == "gw2: " + gw2["error"]
+    assert gw3["target"] == "10.0.0.4:9000"
+    assert gw3["error"] == "the gateway's runtime API at /run/x.sock does not answer"
+    with pytest.raises(AnsibleFilterError, match="must be a list"):
+        F["engine_report_gateways"]({"host": "gw1"})
+    with pytest.raises(AnsibleFilterError, match="each gateway must be a dict"):
+        F["engine_report_gateways"](["gw1"])
+
+
+def test_targets_name_each_gateways_exporter_not_one_on_loopback():
+    gateways = F["engine_report_gateways"]([
+        {"host": "gw1", "address": "10.0.0.2", "bind": None, "metrics_port": None, "read": {"servers": []}},
+        {"host": "gw2", "address": "10.0.0.3", "bind": "::1", "metrics_port": 8405, "read": {"servers": []}},
+        {"host": "gw6", "address": "fd00::6", "bind": "::", "metrics_port": 8405, "read": None},
+    ])
+    targets = F["engine_report_targets"]([{"host": "off", "error": "unreachable", "serving": []}], gateways)
+    assert targets == [{"targets": ["10.0.0.2:8405"], "labels": {"host": "gw1", "unit": "llmfleet-gateway.service"}},
+                       {"targets": ["[fd00::6]:8405"], "labels": {"host": "gw6", "unit": "llmfleet-gateway.service"}}]
+    assert F["engine_report_targets"]([], None) == []
+    with pytest.raises(AnsibleFilterError, match="gateways"):
+        F["engine_report_targets"]([], "gw1")
+
+
 # -- the access log of the units -------------------------------------------------------------------------
 
 def test_units_turn_the_access_log_off_unless_asked_and_never_log_prompts():

@@ -15,6 +15,8 @@ import os
 import stat
 import subprocess
 
+from tests.roles import engines
+
 OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
 
 
@@ -115,3 +117,34 @@ def test_a_link_planted_at_the_next_environments_cache_stops_the_upgrade_before_
     assert inventory(*trees) == before
     assert node.alive(pid) and node.main_pid(unit) == pid, "the old server was stopped"
     assert node.current() == OLD
+
+
+def test_a_link_planted_after_the_directories_were_made_stops_nothing_and_notes_no_failed_change(node, tmp_path):
+    """The service user swaps the next environment's cache directory for a link while the rollout runs
+    (here: in the drain, after the role made its directories and before anything stops). Root made the
+    directories before the drain and does not walk them again: nothing follows the link, the rollout
+    converges, and no failed change is noted. (When the directories were made after the stop, this was a
+    refusal after the stop: a rollback, and a note that kept later runs from trying again.)"""
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    first = node.play()
+    assert first.rc == 0, first.explain()
+    node.make_env(*NEW.split("-"))
+    # the upgrade rewrites the units and `current`: the trees the link aims at, and root's uv cache
+    trees = [node.secrets_dir, node.root / "cache" / "uv"]
+    before = inventory(*trees)
+
+    made = node.root / "cache" / "vllm" / NEW
+    uid = node.user_uid()
+    drain = tmp_path / "plant.yml"
+    drain.write_text(
+        "- name: The service user swaps its new cache directory for a link to the secrets directory\n"
+        "  ansible.builtin.command:\n"
+        "    argv: [setpriv, --reuid, '%d', --regid, '%d', --clear-groups, sh, -c, 'rm -rf %s && ln -s %s %s']\n"
+        "  changed_when: true\n" % (uid, uid, made, node.secrets_dir, made))
+    run = node.play(pending=NEW, current=OLD, extra_vars={"engine_service_drain_tasks": str(drain)})
+    assert os.path.islink(str(made)), "the drain hook did not plant its link: " + run.explain()
+    assert run.rc == 0, run.explain()
+    assert node.current() == NEW
+    assert inventory(*trees) == before, "a root-owned tree changed through the planted link"
+    assert not list(engines.engines_dir(node.root).glob("*.rollout-failed.json")), "a failed change was noted"

@@ -80,7 +80,8 @@ def test_the_scan_sees_the_tasks_that_write():
     names = {task.get("name", "") for _where, task, _module in found}
     assert len(found) > 20, found
     assert "Make the directories the services write (home, working and cache directories)" in names
-    assert sum(1 for _where, _task, module in found if module == SAFE) >= 4, "service_dirs is used less than it should be"
+    # engine_cache's two (devpi's and the hub mirror's trees), engine_service's dirs.yml
+    assert sum(1 for _where, _task, module in found if module == SAFE) >= 3, "service_dirs is used less than it should be"
 
 
 @pytest.mark.parametrize("where, task, module", writer_tasks(),

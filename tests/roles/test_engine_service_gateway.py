@@ -18,9 +18,6 @@ node's server, fails the drain before anything stops, and the node serves as bef
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -28,70 +25,12 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
-
+from tests.haproxy_gateway import Gateway
 from tests.roles.conftest import http_json
-from tests.unit.plugins.filter._plugins import filter_plugin
-from tests.unit.plugins.vllm_fakes import FakeVllm, free_port
+from tests.unit.plugins.vllm_fakes import FakeVllm
 
 OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
 STARTING = ("start", "restart", "try-restart", "reload-or-restart", "stop", "kill")
-GATEWAY = filter_plugin("engine_gateway").FilterModule().filters()
-HAPROXY = "/usr/sbin/haproxy"
-
-
-class Gateway:
-    """A real haproxy (master-worker, its own process group) in front of ``servers`` ({host: port}) for
-    the model ``model``; stopped by its PID."""
-
-    def __init__(self, tmp_path, model, servers, name="gateway"):
-        self.dir = tmp_path / name
-        self.dir.mkdir()
-        self.socket = str(self.dir / "admin.sock")
-        self.port = free_port()
-        self.backend = "llmfleet_" + model
-        hostvars = {host: {"engine_service_models": [{"name": model, "port": port}],
-                           "engine_gateway_address": "127.0.0.1"} for host, port in servers.items()}
-        text = GATEWAY["engine_gateway_haproxy_cfg"](
-            {"models": [{"name": model, "port": self.port}], "bind": "127.0.0.1", "metrics_port": free_port(),
-             "socket": self.socket, "state_file": str(self.dir / "servers.state"), "check_interval": 1},
-            GATEWAY["engine_gateway_fleet"](hostvars, list(servers)))
-        if os.geteuid() != 0:
-            # the workers' chroot and user need root; the rest is the same
-            text = "\n".join(line for line in text.splitlines()
-                             if line.strip().split(" ")[0] not in ("chroot", "user", "group")) + "\n"
-        (self.dir / "haproxy.cfg").write_text(text)
-        self.proc = subprocess.Popen([HAPROXY, "-W", "-f", str(self.dir / "haproxy.cfg")], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "haproxy.log", "wb"), start_new_session=True)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
-            assert self.proc.poll() is None and time.monotonic() < deadline, (self.dir / "haproxy.log").read_text()
-            time.sleep(0.1)
-
-    def status(self):
-        """{server: (status, total sessions)} of the backend, as the modules read them."""
-        return {row["server"]: (row["status"], row["total"]) for row in _haproxy.servers(self.socket)
-                if row["backend"] == self.backend}
-
-    def wait_up(self, *names):
-        deadline = time.monotonic() + 30
-        while True:
-            states = self.status()
-            if all(states.get(name, ("",))[0] == "UP" for name in names):
-                return
-            assert time.monotonic() < deadline, states
-            time.sleep(0.2)
-
-    def stop(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 class Client(threading.Thread):
@@ -118,7 +57,7 @@ class Client(threading.Thread):
             except (urllib.error.URLError, OSError) as exc:
                 self.failed += 1
                 self.failures.append(str(exc))
-            self.samples.append(self.gateway.status().get(self.node_server))
+            self.samples.append(self.gateway.statuses().get(self.node_server))
             time.sleep(0.02)
 
 
@@ -127,7 +66,7 @@ def fleet(node, tmp_path):
     """The node's model behind a gateway, with another server beside it; both stopped after the test."""
     model = node.models[0]
     other = FakeVllm(models=(model["name"],), version="0.11.2").start()
-    gateway = Gateway(tmp_path, model["name"], {"node": model["port"], "other": other.port})
+    gateway = Gateway(tmp_path / "gateway", {"node": model["port"], "other": other.port}, model["name"])
     try:
         yield model, gateway, other
     finally:
@@ -186,7 +125,7 @@ def test_an_upgrade_behind_the_gateway_is_drained_through_it_and_no_request_fail
     assert drained, "the client never saw the node's server drained: %s" % client.samples[-20:]
     assert len({sessions for _status, sessions in drained}) == 1, drained
     # and it is back: ready, UP, taking requests again
-    assert gateway.status()["node"][0] == "UP"
+    assert gateway.statuses()["node"][0] == "UP"
     assert client.samples[-1][1] > drained[0][1], "no request reached the node after the upgrade"
     status, body = http_json(model["port"], "/version")
     assert status == 200 and body["version"] == "0.15.1"
@@ -210,12 +149,12 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
     else:
         # a gateway that fronts the model without this node (its configuration was made before the node
         # joined): its other server must not be drained either
-        lacking = Gateway(node.tmp, model["name"], {"other": _other.port}, name="gateway-lacking")
+        lacking = Gateway(node.tmp / "gateway-lacking", {"other": _other.port}, model["name"])
         gateways = gateway_vars(lacking, model)
     try:
         run = node.play(pending=NEW, current=OLD, gateways=gateways)
     finally:
-        lacking_states = lacking.status() if lacking else {}
+        lacking_states = lacking.statuses() if lacking else {}
         if lacking:
             lacking.stop()
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
@@ -225,5 +164,5 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
         "has no server llmfleet_%s/node" % model["name"] in error and "llmfleet_%s/other" % model["name"] in error), error
     assert run.verbs(*STARTING) == [], run.calls
     assert node.main_pid(unit) == pid and node.current() == OLD
-    assert gateway.status()["node"][0] != "DRAIN"
+    assert gateway.statuses()["node"][0] != "DRAIN"
     assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states

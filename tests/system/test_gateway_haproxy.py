@@ -35,8 +35,6 @@ import http.client
 import json
 import os
 import pathlib
-import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,15 +44,15 @@ import time
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
+from tests.haproxy_gateway import Gateway
 from tests.unit.plugins.filter._plugins import filter_plugin
-from tests.unit.plugins.vllm_fakes import FakeVllm, free_port
+from tests.unit.plugins.vllm_fakes import FakeVllm
 
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 COLLECTIONS = REPO / "build" / "collections"
 MODULES = REPO / "plugins" / "modules"
-HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 GATEWAY = filter_plugin("engine_gateway")
 MODEL = "tiny"
 BACKEND = GATEWAY.BACKEND_PREFIX + MODEL
@@ -90,100 +88,6 @@ class Engine(FakeVllm):
         return self.seen().count("POST /v1/completions")
 
 
-class Gateway:
-    """A started haproxy with the rendered configuration before ``engines``; ``values`` override the
-    gateway's (engine_gateway_problems' keys)."""
-
-    def __init__(self, root, engines, **values):
-        assert os.path.exists(HAPROXY), "haproxy is not installed (apt-get install haproxy; CI installs it)"
-        self.root = root
-        self.socket = str(root / "admin.sock")
-        self.state_file = str(root / "servers.state")
-        self.port = free_port()
-        hostvars = {engine.name: {"engine_service_models": [{"name": MODEL, "model": "x/tiny", "port": engine.port}],
-                                  "engine_gateway_address": "127.0.0.1"} for engine in engines}
-        fleet = GATEWAY.engine_gateway_fleet(hostvars, [engine.name for engine in engines])
-        settings = {"models": [{"name": MODEL, "port": self.port}], "bind": "127.0.0.1", "socket": self.socket,
-                    "state_file": self.state_file, "metrics_port": free_port(), "check_interval": 1}
-        settings.update(values)
-        text = GATEWAY.engine_gateway_haproxy_cfg(settings, fleet, "gateway")
-        if os.geteuid() != 0:
-            # Not root (CI runs these as root): haproxy cannot chroot nor change its user; the rest is the same.
-            text = "\n".join(line for line in text.splitlines()
-                             if line.strip().split(" ")[0] not in ("chroot", "user", "group")) + "\n"
-        self.text = text
-        self.cfg = root / "haproxy.cfg"
-        self.cfg.write_text(text)
-        self.pidfile = root / "haproxy.pid"
-        self.log = open(root / "haproxy.log", "wb")  # pylint: disable=consider-using-with
-        self.proc = subprocess.Popen([HAPROXY, "-W", "-f", str(self.cfg), "-p", str(self.pidfile)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            self.worker = self.wait_worker(None)
-        except BaseException:
-            self.stop()
-            raise
-
-    def output(self):
-        return (self.root / "haproxy.log").read_text(errors="replace")
-
-    def wait_worker(self, old, seconds=15):
-        """The PID of the worker answering on the admin socket, once it is another than ``old``."""
-        deadline = time.monotonic() + seconds
-        while True:
-            try:
-                info = _haproxy.command(self.socket, "show info", timeout=2)
-                pid = int([line.split(":", 1)[1] for line in info.splitlines() if line.startswith("Pid:")][0])
-                if pid != old:
-                    return pid
-            except (_haproxy.HaproxyError, IndexError, ValueError):
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("no haproxy worker (other than %s) answers on %s: %s"
-                                     % (old, self.socket, self.output()))
-            time.sleep(0.05)
-
-    def status(self, host):
-        return {row["server"]: row["status"] for row in _haproxy.servers(self.socket)}[host]
-
-    def wait_status(self, host, prefix, seconds=20):
-        """Seconds until haproxy reports ``host``'s status starting with ``prefix`` (polled every 0.05 s); "UP"
-        is fully up, not "UP 1/2" (a server haproxy has not checked yet, or whose last check failed)."""
-        start = time.monotonic()
-        while not (self.status(host) == prefix if prefix == "UP" else self.status(host).startswith(prefix)):
-            if time.monotonic() - start > seconds:
-                raise AssertionError("%s is still %s after %d s, not %s" % (host, self.status(host), seconds, prefix))
-            time.sleep(0.05)
-        return time.monotonic() - start
-
-    def backend_stat(self, field):
-        """A counter of the backend's line of ``show stat`` (wretr: retries, wredis: redispatches)."""
-        text = _haproxy.command(self.socket, "show stat")
-        header = text[2:].splitlines()[0].split(",")
-        for line in text.splitlines()[1:]:
-            cells = line.split(",")
-            if cells[:2] == [BACKEND, "BACKEND"]:
-                return int(cells[header.index(field)] or 0)
-        raise AssertionError("no backend %s in show stat: %s" % (BACKEND, text))
-
-    def reload(self):
-        """SIGUSR2 to the master; returns once a new worker answers on the admin socket."""
-        old = self.worker
-        os.kill(self.proc.pid, signal.SIGUSR2)
-        self.worker = self.wait_worker(old)
-        return self.worker
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        self.log.close()
-
-
 @pytest.fixture
 def engines():
     started = []
@@ -203,8 +107,7 @@ def gateway_of(tmp_path, engines):
 
     def start(**values):
         root = tmp_path / ("gw%d" % len(started))
-        root.mkdir()
-        gateway = Gateway(root, list(engines.values()), **values)
+        gateway = Gateway(root, {name: engine.port for name, engine in engines.items()}, MODEL, **values)
         started.append(gateway)
         for host in HOSTS:
             gateway.wait_status(host, "UP")

@@ -147,50 +147,22 @@ def start_engine(port: int):
     return proc
 
 
-def gateway_config(work: pathlib.Path, engine_port: int, port: int) -> tuple[str, str]:
-    """The role's configuration for one node serving MODEL on ``engine_port``: (its text, its admin socket)."""
+def start_gateway(work: pathlib.Path, engine_port: int):
+    """The role's HAProxy (the tests' helper, tests/haproxy_gateway.py: the configuration
+    engine_gateway_haproxy_cfg renders) for one node serving MODEL on ``engine_port``, once it has the
+    engine UP."""
     ensure_collection_link()
     if str(COLLECTIONS) not in sys.path:
         sys.path.insert(0, str(COLLECTIONS))
-    # pylint: disable-next=import-outside-toplevel
-    from ansible_collections.llmfleet.engines.plugins.filter import engine_gateway
+    from tests.haproxy_gateway import Gateway  # pylint: disable=import-outside-toplevel
 
-    hostvars = {"node-1": {"engine_service_models": [{"name": MODEL, "port": engine_port}],
-                           "engine_gateway_address": "127.0.0.1"}}
-    admin = str(work / "admin.sock")
-    text = engine_gateway.engine_gateway_haproxy_cfg(
-        {"models": [{"name": MODEL, "port": port}], "bind": "127.0.0.1", "socket": admin,
-         "state_file": str(work / "servers.state"), "metrics_port": free_port()},
-        engine_gateway.engine_gateway_fleet(hostvars, ["node-1"]), "gateway")
-    if os.geteuid() != 0:
-        # not root: haproxy can neither chroot nor change its user; the rest is the role's configuration
-        text = "\n".join(line for line in text.splitlines()
-                         if line.strip().split(" ")[0] not in ("chroot", "user", "group")) + "\n"
-    return text, admin
-
-
-def start_gateway(work: pathlib.Path, engine_port: int, port: int):
-    text, admin = gateway_config(work, engine_port, port)
-    cfg = work / "haproxy.cfg"
-    cfg.write_text(text)
-    # pylint: disable-next=import-outside-toplevel
-    from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
-
-    def up():
-        try:
-            return [row["status"] for row in _haproxy.servers(admin, timeout=2)] == ["UP"]
-        except _haproxy.HaproxyError:
-            return False
-
-    with open(work / "haproxy.log", "wb") as log:
-        proc = subprocess.Popen([HAPROXY, "-W", "-f", str(cfg), "-p", str(work / "haproxy.pid")], stdout=log,
-                                stderr=subprocess.STDOUT)
+    gateway = Gateway(work / "gateway", {"node-1": engine_port}, MODEL)
     try:
-        _wait("haproxy", up, proc)
+        gateway.wait_up("node-1")
     except BaseException:
-        _stop(proc)
+        gateway.stop()
         raise
-    return proc
+    return gateway
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,20 +235,20 @@ def _side(samples) -> dict:
 
 def run(requests: int, clients: int, reps: int) -> dict:
     work = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-bench-gateway-"))
-    engine_port, gateway_port = free_port(), free_port()
+    engine_port = free_port()
     engine = start_engine(engine_port)
     gateway = None
     try:
-        gateway = start_gateway(work, engine_port, gateway_port)
+        gateway = start_gateway(work, engine_port)
         version = subprocess.run([HAPROXY, "-v"], capture_output=True, text=True, check=False).stdout.split(" - ")[0]
-        ports = {"direct": engine_port, "gateway": gateway_port}
+        ports = {"direct": engine_port, "gateway": gateway.port}
         for port in ports.values():  # warm up: connections, the engine's threads, haproxy's pools
             load(port, min(requests, 200), clients)
         samples = alternate(reps, [(name, lambda _i, port=port: load(port, requests, clients))
                                    for name, port in ports.items()])
     finally:
         if gateway is not None:
-            _stop(gateway)
+            gateway.stop()
         _stop(engine)
         shutil.rmtree(work, ignore_errors=True)
     sides = {name: _side(side) for name, side in samples.items()}

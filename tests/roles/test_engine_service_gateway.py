@@ -154,9 +154,11 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
     try:
         run = node.play(pending=NEW, current=OLD, gateways=gateways)
     finally:
-        lacking_states = lacking.statuses() if lacking else {}
-        if lacking:
-            lacking.stop()
+        try:
+            lacking_states = lacking.statuses() if lacking else {}
+        finally:
+            if lacking:
+                lacking.stop()
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
     error = run.result["error"] or ""
     assert "draining the node on the gateways failed" in error and "nothing was stopped" in error, error

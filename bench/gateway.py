@@ -1,8 +1,9 @@
 """Benchmark: what the engine_gateway role's HAProxy costs a client of small completions, against the same
 engine reached straight.
 
-One fake engine (a stdlib HTTP/1.1 server in a process of its own, ``python -m bench.gateway --engine PORT``:
-/health 200, POST /v1/completions answered at once with a small completion, no generation time) and a real
+One fake engine (``tests/fixtures/fake_engine.py``, the gateway scenario's: a stdlib HTTP/1.1 server in a
+process of its own, /health 200, POST /v1/completions answered at once with a small completion, no
+generation time) and a real
 haproxy (Debian's package, master-worker in the foreground, stopped by its PID) with the configuration
 ``engine_gateway_haproxy_cfg`` renders (plugins/filter/engine_gateway.py) for that one engine: its health
 checks, retries, passive checks, log lines, all as the role writes them, on 127.0.0.1 and free ports.
@@ -38,68 +39,20 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.common import COLLECTIONS, alternate, ensure_collection_link, machine, median, ratio, write_json
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 MODEL = "tiny"
+# the stand-in engine (the gateway scenario's too): a process of its own, the client's GIL out of its figures
+FAKE_ENGINE = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "fake_engine.py"
 BODY = json.dumps({"model": MODEL, "prompt": "ping", "max_tokens": 1}).encode()
-ANSWER = json.dumps({"id": "cmpl-1", "object": "text_completion", "model": MODEL,
-                     "choices": [{"index": 0, "text": " pong", "finish_reason": "length"}],
-                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-# --------------------------------------------------------------------------------------------
-# The fake engine (its own process)
-
-
-class _EngineHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def _reply(self, status, payload):
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        if self.path == "/health":
-            self._reply(200, b"")
-        elif self.path == "/v1/models":
-            self._reply(200, json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode())
-        else:
-            self._reply(404, b'{"detail": "Not Found"}')
-
-    def do_POST(self):  # noqa: N802
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        if self.path == "/v1/completions":
-            self._reply(200, ANSWER)
-        else:
-            self._reply(404, b'{"detail": "Not Found"}')
-
-    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-        pass
-
-
-def serve_engine(port: int) -> int:
-    """Serve the fake engine on 127.0.0.1:``port`` until SIGTERM."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), _EngineHandler)
-    server.daemon_threads = True
-    # haproxy's health checks close with a reset: no traceback for each
-    server.handle_error = lambda request, client_address: None
-    server.serve_forever(poll_interval=0.2)
-    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,8 +90,7 @@ def _stop(proc) -> None:
 
 
 def start_engine(port: int):
-    proc = subprocess.Popen([sys.executable, "-m", "bench.gateway", "--engine", str(port)],
-                            cwd=str(pathlib.Path(__file__).resolve().parent.parent))
+    proc = subprocess.Popen([sys.executable, str(FAKE_ENGINE), str(port), "node-1"])
     try:
         _wait("the fake engine", lambda: _answers(port), proc)
     except BaseException:
@@ -296,10 +248,7 @@ def main(argv=None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="concurrent client threads (default 8)")
     parser.add_argument("--reps", type=int, default=3, help="reps of each side, alternated (default 3)")
     parser.add_argument("--json", type=pathlib.Path)
-    parser.add_argument("--engine", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.engine:
-        return serve_engine(args.engine)
     if args.requests < 1 or args.clients < 1 or args.reps < 1:
         parser.error("--requests, --clients and --reps must be 1 or more")
     # machine() asks git whether the checkout differs: without taking the index's lock

@@ -2,8 +2,8 @@
 renders (``engine_gateway_haproxy_cfg``, plugins/filter/engine_gateway.py), on 127.0.0.1 and free ports, in
 front of ``servers`` ({inventory name: port}) serving one model. Master-worker mode (``-W``, foreground) in
 its own process group, stopped by its PID; read through the runtime API as the modules read it
-(module_utils/serve/_haproxy). Used by tests/system/test_gateway_haproxy.py and
-tests/roles/test_engine_service_gateway.py.
+(module_utils/serve/_haproxy). Used by tests/system/test_gateway_haproxy.py,
+tests/roles/test_engine_service_gateway.py and bench/gateway.py.
 """
 
 from __future__ import annotations

@@ -271,6 +271,9 @@ class Upstream:
     def catalog(self) -> dict:
         return http_json(self.url + "/_control/catalog")
 
+    def hub_catalog(self) -> dict:
+        return http_json(self.url + "/_control/hub_catalog")
+
 
 def catalog_sizes(catalog: dict) -> dict[str, int]:
     """File name -> size of every file the fake upstream serves (PyPI, torch indexes, GitHub assets)."""
@@ -292,6 +295,11 @@ KINDS = (
     ("github_download", "/github/download/"),
     # github.com redirects a download to a signed URL elsewhere (here /github-objects/...)
     ("github_objects", "/github-objects/"),
+    # the Hugging Face hub (tests/upstream/hub.py): its API (model info, resolve-cache), its files
+    # (/hub/<org>/<name>/resolve/...), and its CDN (another port of the same upstream, the same log)
+    ("hub_api", "/hub/api/"),
+    ("hub_files", "/hub/"),
+    ("hub_cdn", "/hub-cdn/"),
 )
 
 
@@ -306,9 +314,12 @@ class Traffic:
     """Counts and bytes of an upstream request log. File bodies are sized from the catalogue;
     index and API bodies by asking the same URL again once, with the same Accept header."""
 
-    def __init__(self, base_url: str, catalog: dict):
+    def __init__(self, base_url: str, catalog: dict, hub_catalog: dict | None = None):
         self.base = base_url
         self.sizes = catalog_sizes(catalog)
+        # the hub's CDN serves a blob as /hub-cdn/<org>/<name>/<sha256>: sized from the hub's catalogue
+        self.hub_blobs = {entry["sha256"]: entry["size"] for repo in (hub_catalog or {}).get("repos", {}).values()
+                          for commit in repo["commits"] for entry in commit["files"] if "sha256" in entry}
         self._bodies: dict[tuple[str, str], int] = {}
 
     def body_size(self, entry: dict) -> int:
@@ -320,6 +331,8 @@ class Traffic:
             name = (urllib.parse.parse_qs(entry.get("query") or "").get("filename") or [""])[0]
         if request_kind(path) in ("pypi_files", "torch_files", "github_objects") and name in self.sizes:
             return self.sizes[name]
+        if request_kind(path) == "hub_cdn" and name in self.hub_blobs:
+            return self.hub_blobs[name]
         accept = (entry.get("headers") or {}).get("Accept", "*/*")
         key = (entry.get("raw_path") or entry["path"], accept)
         if key not in self._bodies:

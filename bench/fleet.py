@@ -1,6 +1,20 @@
 """Benchmarks 2 and 4: a fleet of N simulated nodes (local connection, one root each, a fake
 H100 with driver 580, so build auto picks cu13 from PyPI) against the fake upstream.
 
+Every ``--serving``-th node (default 2: node001, node003, ...; 0: none) also serves a model through
+``llmfleet.engines.engine_service``: the fake hub's ``llmfleet-test/tiny-chat`` pinned to the
+40-hex commit of its tag v1 (its lock kept on the controller, ``engine_service_model_lock_dir``, so
+that a converged run asks the hub nothing), under a name (m001, m003, ...) and a free port of its
+own, run as a service user of its own (``llmfleet-bench001``, ...; made by the rollout when missing,
+and then removed at the end) by the role tests' fake systemd (``tests/roles/fakebin``), whose state and unit
+directories are the host's own: its ``ansible_python_interpreter`` is a wrapper that exports them
+(``bench/serving.py``). The engine is the fake upstream's vllm wheel, whose ``vllm serve`` is a
+fake OpenAI-compatible server: site.yml alone converges the serving nodes (engine_node leaves the
+environment pending, engine_service switches and starts it, canary first, behind the readiness
+gate). After the rollout each model must answer on its port (/health, /v1/models) and every no-op
+run must leave its MainPID alone. The other nodes are as before: engines only. The engines started
+are killed at the end of each N (and on failure), by the pids their fake systemd recorded.
+
 For each N: the rollout (``playbooks/site.yml`` on fresh nodes: wall time, and every byte the
 fleet pulled from the upstream, by kind), then the no-op re-run of the converged fleet (what an
 hourly AWX job costs) against a bare playbook running one ``ansible.builtin.stat`` on the same N
@@ -11,7 +25,12 @@ With ``--variants``, the no-op re-run again at the largest N under settings a si
 without touching the role (pipelining, forks, an explicit build), each against the default; with
 ``--before REF`` also the collection of an earlier commit on the same nodes (before/after).
 
-    python -m bench.fleet [--n 1 10 50] [--reps 3] [--variants] [--before REF] [--json F]
+    python -m bench.fleet [--n 1 10 50] [--reps 3] [--serving EVERY] [--variants] [--before REF] [--json F]
+
+The JSON gives each run's per-node task results and module calls for the whole fleet
+(``per_node``), and apart for the serving nodes and the others (``per_node_serving``,
+``per_node_plain``); ``requests_upstream`` of the no-op runs counts the fake hub (API, files, CDN)
+with PyPI, GitHub, the torch indexes and the uv index (``by_type``: by kind of request).
 """
 
 from __future__ import annotations
@@ -24,6 +43,7 @@ import shutil
 import subprocess
 import sys
 
+from bench import serving as serve
 from bench.common import (
     BIN,
     FIXTURES,
@@ -39,6 +59,7 @@ from bench.common import (
     median,
     ratio,
     rel,
+    request_kind,
     run_timed,
     shell_line,
     summary,
@@ -93,9 +114,11 @@ class UvTraffic:
 class Fleet:
     """An inventory of ``n`` simulated nodes and ansible-playbook runs against it."""
 
-    def __init__(self, work: pathlib.Path, n: int, upstream: Upstream, uv_index):
+    def __init__(self, work: pathlib.Path, n: int, upstream: Upstream, uv_index, serving: int = 0,
+                 revision: str | None = None):
         self.work = work
         self.n = n
+        self.serving_every = serving
         self.upstream = upstream
         self.uv_index = uv_index
         self.inventory = work / "inventory" / "hosts.yml"
@@ -127,8 +150,30 @@ class Fleet:
             "engine_node_progress_interval": 2,
         }
         hosts = {name: {"engine_node_root": str(root)} for name, root in self.roots.items()}
-        self.inventory.write_text(json.dumps({"all": {"vars": group, "hosts": hosts}}, indent=1))
+        inventory = {"all": {"vars": group, "hosts": hosts}}
+        # every ``serving``-th node serves a model (bench/serving.py); the others are left as they were
+        chosen = [name for i, name in enumerate(self.names) if serving and i % serving == 0]
+        self.serving = [serve.Host(work / "hosts" / name, name, self.names.index(name) + 1, port).make()
+                        for name, port in zip(chosen, serve.free_ports(len(chosen)), strict=True)]
+        self.revision = None
+        if self.serving:
+            self.revision = revision = revision or serve.pinned_commit(up)
+            lock_dir = work / "model-locks"
+            lock_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            for host in self.serving:
+                hosts[host.name].update(host.hostvars(revision))
+            inventory["all"]["children"] = {"bench_serving": {
+                "vars": serve.group_vars(up, lock_dir), "hosts": {h.name: {} for h in self.serving}}}
+        self.plain = [name for name in self.names if name not in chosen]
+        self.inventory.write_text(json.dumps(inventory, indent=1))
         self.runs = 0
+
+    def states(self) -> list[pathlib.Path]:
+        """The fake systemd state directories of the serving nodes."""
+        return [host.state for host in self.serving]
+
+    def main_pids(self) -> dict:
+        return {host.name: host.show("MainPID")["MainPID"] for host in self.serving}
 
     def play(self, playbook: pathlib.Path, *args: str, env_extra: dict | None = None) -> dict:
         self.runs += 1
@@ -168,11 +213,15 @@ def _whole(value):
     return int(value) if value is not None and value == int(value) else value
 
 
-def per_node(counts: dict) -> dict:
-    """Medians over the nodes of a run: task results, module calls (all, and those on the controller)."""
-    hosts = [h for name, h in counts["hosts"].items() if name != "localhost"]
+def per_node(counts: dict, names=None) -> dict | None:
+    """Medians over the nodes of a run (those of ``names``, default all): task results, module calls
+    (all, and those on the controller). None when ``names`` is empty."""
+    hosts = [h for name, h in counts["hosts"].items() if name != "localhost" and (names is None or name in names)]
+    if not hosts:
+        return None
     keys = ("results", "ok", "changed", "skipped")
-    out = {k: _whole(median([h[k] for h in hosts])) for k in keys}
+    out = {"nodes": len(hosts)}
+    out.update({k: _whole(median([h[k] for h in hosts])) for k in keys})
     # on the node (delegated calls, run once for the play on the controller, are counted apart)
     out["module_calls"] = _whole(median([h["module_calls"] - h["controller_module_calls"] for h in hosts]))
     out["controller_module_calls_in_run"] = sum(h["controller_module_calls"] for h in hosts)
@@ -229,26 +278,35 @@ def seconds_by_kind(runs: list[dict]) -> dict:
     return out
 
 
-def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traffic: Traffic, uv_traffic: UvTraffic) -> dict:
-    shutil.rmtree(work, ignore_errors=True)
-    fleet = Fleet(work, n, up, uv_index)
+def node_disk(root: pathlib.Path) -> dict:
+    return {
+        "node_root_bytes": du_bytes(root),
+        "node_env_bytes": du_bytes(root / "engines" / "vllm" / ("%s-cu13" % VERSION)),
+        "node_uv_bytes": du_bytes(root / "uv"),
+        "node_cache_bytes": du_bytes(root / "cache"),
+        "node_root_apparent_bytes": apparent_bytes(root),
+    }
+
+
+def bench_n(fleet: Fleet, reps: int, traffic: Traffic, uv_traffic: UvTraffic) -> dict:
+    n = fleet.n
     # the rollout: fresh nodes
     rollout = fleet.play(SITE)
     currents = {name: os.readlink(root / "engines" / "vllm" / "current")
                 for name, root in fleet.roots.items() if (root / "engines" / "vllm" / "current").is_symlink()}
     if len(currents) != n or set(currents.values()) != {"%s-cu13" % VERSION}:
         raise RuntimeError("the rollout did not converge every node: %s" % currents)
+    served = serve.check_serving(fleet.serving)
+    pids = fleet.main_pids()
     up_traffic = traffic.summarize(rollout["upstream_log"])
     uv_bytes = uv_traffic.summarize(rollout["uv_requests"])
-    first = fleet.roots[fleet.names[0]]
-    disk = {
-        "node_root_bytes": du_bytes(first),
-        "node_env_bytes": du_bytes(first / "engines" / "vllm" / ("%s-cu13" % VERSION)),
-        "node_uv_bytes": du_bytes(first / "uv"),
-        "node_cache_bytes": du_bytes(first / "cache"),
-        "fleet_roots_bytes": du_bytes(*fleet.roots.values()),
-        "node_root_apparent_bytes": apparent_bytes(first),
-    }
+    # a node that serves nothing, as before; the first serving node apart (its models and serve dirs too)
+    disk = node_disk(fleet.roots[(fleet.plain or fleet.names)[0]])
+    disk["fleet_roots_bytes"] = du_bytes(*fleet.roots.values())
+    if fleet.serving:
+        first = fleet.roots[fleet.serving[0].name]
+        disk["serving_node"] = dict(node_disk(first), node_models_bytes=du_bytes(first / "models"),
+                                    node_serve_bytes=du_bytes(first / "serve"))
     # the no-op re-run, against the bare playbook
     sides = [("site.yml", lambda i: fleet.play(SITE)), ("bare", lambda i: fleet.play(BARE)),
              ("lean", lambda i: fleet.play(LEAN))]
@@ -256,14 +314,22 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
     for name, runs in samples.items():
         if any(sample["changed"] for sample in runs):
             raise RuntimeError("the no-op re-run of %s changed something" % name)
+    restarted = {name: (pid, now) for name, now in fleet.main_pids().items() for pid in [pids[name]] if pid != now}
+    if restarted:
+        raise RuntimeError("the no-op re-runs restarted engines (MainPID before, after): %s" % restarted)
+    serve.check_serving(fleet.serving)
     noop_requests = [len(s["upstream_log"]) + len(s["uv_requests"]) for s in samples["site.yml"]]
     sums = {name: summary(s) for name, s in samples.items()}
+    kinds = fleet_kinds(fleet)
     return {
         "n": n,
         "forks": FORKS,
+        "serving": {"every": fleet.serving_every, "nodes": [h.name for h in fleet.serving],
+                    "model": serve.MODEL, "revision": fleet.revision, "checked": served},
         "rollout": {
             "wall": round(rollout["wall"], 3), "cpu": round(rollout["cpu"], 3),
             "per_node": per_node(rollout["counts"]),
+            **{key: per_node(rollout["counts"], names) for key, names in kinds.items()},
             "upstream": up_traffic,
             "uv_index": uv_bytes,
             "bytes_total": up_traffic["bytes"] + uv_bytes["bytes"],
@@ -281,14 +347,33 @@ def bench_n(work: pathlib.Path, n: int, reps: int, up: Upstream, uv_index, traff
             "wall_per_node": {k: round(v["wall_median"] / n, 3) for k, v in sums.items()},
             "cpu_per_node": {k: round(v["cpu_median"] / n, 3) for k, v in sums.items()},
             "per_node": {name: per_node(runs[0]["counts"]) for name, runs in samples.items()},
+            **{key: {name: per_node(runs[0]["counts"], names) for name, runs in samples.items()}
+               for key, names in kinds.items()},
             "requests_upstream": {"per_run": noop_requests,
-                                  "by_kind": _kinds(samples["site.yml"])},
+                                  "by_kind": _kinds(samples["site.yml"]),
+                                  "by_type": _types(samples["site.yml"])},
             "tasks": tasks_table(samples["site.yml"]),
             "seconds_by_kind": seconds_by_kind(samples["site.yml"]),
             "commands": {name: runs[0]["command"] for name, runs in samples.items()},
         },
-        "_fleet": fleet,
     }
+
+
+def fleet_kinds(fleet: Fleet) -> dict:
+    """{"per_node_serving": names, "per_node_plain": names}"""
+    return {"per_node_serving": [h.name for h in fleet.serving], "per_node_plain": list(fleet.plain)}
+
+
+def _types(samples) -> dict:
+    """Requests of the runs by kind (bench.common.KINDS: pypi_json, ..., hub_api, hub_files, hub_cdn; uv_index)."""
+    types = {}
+    for sample in samples:
+        for entry in sample["upstream_log"]:
+            kind = request_kind(entry["path"])
+            types[kind] = types.get(kind, 0) + 1
+        if sample["uv_requests"]:
+            types["uv_index"] = types.get("uv_index", 0) + len(sample["uv_requests"])
+    return dict(sorted(types.items()))
 
 
 def _kinds(samples) -> dict:
@@ -347,30 +432,53 @@ def bench_variants(fleet: Fleet, reps: int, extra: tuple = ()) -> list[dict]:
 
 
 def run(ns=(1, 10, 50), reps: int = 3, variants: bool = False, work: pathlib.Path | None = None,
-        keep: bool = False, before: str | None = None) -> dict:
+        keep: bool = False, before: str | None = None, serving: int = 2) -> dict:
     ensure_collection_link()
     work = work or WORK / "fleet"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    out = {"name": "fleet", "reps": reps, "forks": FORKS, "fleets": [], "variants": []}
+    out = {"name": "fleet", "reps": reps, "forks": FORKS, "serving_every": serving, "fleets": [], "variants": []}
+    # the serving hosts' service users (bench/serving.py): an existing one is used as it is; a missing
+    # one is made by the rollout (engine_service's user task) and removed at the end
+    out["service_users"] = {"existing": [], "made_by_the_bench": []}
+    made_users = out["service_users"]["made_by_the_bench"]
+    states = []  # every serving node's fake systemd state, of every N: what was started is killed
     uv_index = uv_index_server()
     try:
         with Upstream(work / "upstream") as up:
             out["upstream_command"] = up.command
-            traffic = Traffic(up.url, up.catalog())
+            traffic = Traffic(up.url, up.catalog(), up.hub_catalog())
             uv_traffic = UvTraffic(uv_index)
             last = None
             for n in sorted(ns):
-                result = bench_n(work / ("n%d" % n), n, reps, up, uv_index, traffic, uv_traffic)
-                last = result.pop("_fleet")
+                shutil.rmtree(work / ("n%d" % n), ignore_errors=True)
+                fleet = Fleet(work / ("n%d" % n), n, up, uv_index, serving=serving)
+                states += fleet.states()
+                for user in sorted({h.user for h in fleet.serving} - set(made_users)
+                                   - set(out["service_users"]["existing"])):
+                    (out["service_users"]["existing"] if serve.user_exists(user) else made_users).append(user)
+                missing = [h.user for h in fleet.serving if h.user in made_users and not serve.user_exists(h.user)]
+                if missing:
+                    print("bench.fleet: service users missing, made by the rollout and removed at the end: %s"
+                          % " ".join(missing), file=sys.stderr)
+                result = bench_n(fleet, reps, traffic, uv_traffic)
+                last = fleet
                 out["fleets"].append(_scrub(result, up.url, uv_index.url))
+                if n != max(ns) or not variants:  # the variants' no-op runs need the largest N serving
+                    serve.stop_all(fleet.states())
                 if n != max(ns) and not keep:
                     shutil.rmtree(work / ("n%d" % n), ignore_errors=True)
             if variants and last is not None:
                 extra = (before_variant(work, before),) if before else ()
                 out["variants"] = [_scrub(r, up.url, uv_index.url) for r in bench_variants(last, reps, extra)]
     finally:
-        uv_index.stop()
+        try:
+            serve.stop_all(states)
+        finally:
+            uv_index.stop()
+            if not keep:
+                for user in made_users:
+                    serve.remove_user(user)
     if not keep:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -387,13 +495,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1, 10, 50])
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--serving", type=int, default=2, metavar="EVERY",
+                        help="every EVERY-th node (node001 first) serves a pinned model through engine_service "
+                             "(default 2; 0: none)")
     parser.add_argument("--variants", action="store_true", help="also the no-op re-run under other settings")
     parser.add_argument("--keep", action="store_true", help="keep the simulated nodes under build/bench/fleet")
     parser.add_argument("--before", metavar="GIT_REF",
                         help="with --variants, also the collection of this commit on the same nodes (before/after)")
     parser.add_argument("--json", type=pathlib.Path, default=WORK / "fleet.json")
     args = parser.parse_args(argv)
-    data = run(args.n, args.reps, args.variants, keep=args.keep, before=args.before)
+    data = run(args.n, args.reps, args.variants, keep=args.keep, before=args.before, serving=args.serving)
     write_json(args.json, data)
     print(json.dumps(data, indent=2))
     return 0

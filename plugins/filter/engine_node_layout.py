@@ -2,9 +2,10 @@
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The engine_node role's decisions about its layout on a node, as filters: the directories it
-makes under ``engine_node_root`` (after the engine_layout module judged them), and which environment
-``current`` names once the run is over. Documentation: one ``<filter>.yml`` per filter beside this
-file."""
+makes under ``engine_node_root`` (after the engine_layout module judged them), which environment
+``current`` names once the run is over, and the role's result (``engine_node_result``), which the
+role's last step and the ``engine_node_plan`` action (a node with nothing to do) both sum up with.
+Documentation: one ``<filter>.yml`` per filter beside this file."""
 
 from __future__ import annotations
 
@@ -62,6 +63,68 @@ def engine_node_now(action, want, was, job=None, ok=True, installed=False, check
     return was
 
 
+def _build_of(name):
+    return name.rpartition("-")[2] if name else "none"
+
+
+def engine_node_result(host, plan, requested, action, want, was, node_dir, switch=True, job=None, failure=None,
+                       installed=False, check_mode=False, retry=False, first_job=None, first_failure=None,
+                       other="", kept=None, fleet_lock=None, error=None):
+    """engine_node_result: what the role did on ``host`` and what the node runs after it.
+
+    ``action``: the node's action (``ACTIONS``); ``want``/``was``: the environment it should run and
+    the one ``current`` named before; ``switch``: whether this run moves ``current`` (false where
+    engine_service switches it after draining); ``failure``: the install's failure or None;
+    ``error``: that failure in words (``engine_node_error``); ``kept``: auto's fallback note while it
+    holds; ``retry``/``first_job``/``first_failure``/``other``: auto's second try this run."""
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError("engine_node_result: plan must be the build plan (a dict), not %r" % (plan,))
+    switch, installed, check_mode, retry = (boolean(v, strict=False) for v in (switch, installed, check_mode, retry))
+    ok = failure is None
+    now = engine_node_now(action, want, was, job=job, ok=ok, installed=installed, check_mode=check_mode)
+    if action in ("none", "unchanged"):
+        did = action
+    elif not ok:
+        did = "failed"
+    else:
+        did = ("would " if check_mode else "") + ("switched" if action == "switch" else "installed")
+    if retry:
+        fallback = {"from": (first_job or {}).get("build"), "to": other,
+                    "reason": (first_failure or {}).get("classification"), "since": "this run"}
+    elif kept:
+        fallback = {"from": kept.get("from"), "to": kept.get("to"), "reason": kept.get("classification"),
+                    "since": kept.get("at")}
+    else:
+        fallback = None
+    lock = None
+    if action == "install" and isinstance(fleet_lock, dict) and fleet_lock.get("lock_sha256"):
+        lock = {"path": fleet_lock.get("path"), "sha256": fleet_lock["lock_sha256"]}
+    return {
+        "host": host,
+        "version": plan.get("version"),
+        "requested": requested,
+        "wanted": plan.get("build"),
+        "effective": _build_of(now),
+        "current": now if switch else was,
+        # a proven environment left for engine_service to switch to (switch false)
+        "pending": "" if switch or now == was else now,
+        "path": "%s/%s" % (node_dir, now) if now else "",
+        "action": did,
+        "fallback": fallback,
+        "error": error,
+        # the group's lock this run installed from (engine_node_fleet_lock_dir), or null
+        "fleet_lock": lock,
+        "why": plan.get("why"),
+        "check_mode": check_mode,
+    }
+
+
+def engine_node_stats(result):
+    """What the role adds to the play's stats for a node (AWX's artifacts): its result, less the
+    words a person reads on the console."""
+    return {result["host"]: {k: v for k, v in result.items() if k not in ("why", "check_mode")}}
+
+
 class FilterModule:
     """llmfleet.engines filters for the engine_node role's layout on a node."""
 
@@ -69,4 +132,6 @@ class FilterModule:
         return {
             "engine_node_layout_dirs": engine_node_layout_dirs,
             "engine_node_now": engine_node_now,
+            "engine_node_result": engine_node_result,
+            "engine_node_stats": engine_node_stats,
         }

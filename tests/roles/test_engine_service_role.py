@@ -1,9 +1,13 @@
 """The engine_service role run for real on this machine against the fake systemd (tests/roles):
-a fresh node, a steady re-run, an upgrade with drain hooks, a rollback, the busy-port preflight."""
+a fresh node, a steady re-run, an upgrade with drain hooks, a rollback, the busy-port preflight, a
+service user the site made."""
 
 from __future__ import annotations
 
+import pathlib
+import pwd
 import socket
+import subprocess
 
 from tests.roles.conftest import http_json
 
@@ -134,3 +138,30 @@ def test_a_port_held_by_another_program_stops_nothing(node):
     assert run.verbs("stop", "start", "restart", "kill") == [], run.calls
     assert not [c for c in run.calls if c[0] == "fake-lb"], "the node was drained"
     assert node.main_pid(node.unit(serving)) == pid and node.current() == OLD
+
+
+def test_a_service_user_the_site_made_is_left_as_it_is(node):
+    """A service user that exists (an account the site provisioned, or one an earlier run made for
+    another engine_service_root) keeps its home and shell: the role makes a missing user only (usermod
+    would also refuse to move the home of a user whose engine runs)."""
+    home, shell = "/var/lib/llmfleet-site-home-%s" % node.tag, "/bin/false"
+    try:
+        pwd.getpwnam(node.user)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", home, "--shell", shell, node.user],
+                       check=True, capture_output=True, timeout=60)
+    else:
+        subprocess.run(["usermod", "--home", home, "--shell", shell, node.user], check=True, capture_output=True,
+                       timeout=60)
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+
+    run = node.play()
+    assert run.rc == 0, run.explain()
+    entry = pwd.getpwnam(node.user)
+    assert (entry.pw_dir, entry.pw_shell) == (home, shell)
+    # the engine runs as that user, with the HOME its unit sets, not the account's
+    pid = node.main_pid(node.unit(node.models[0]))
+    assert node.uid_of(pid) == entry.pw_uid
+    environ = dict(item.split("=", 1) for item in pathlib.Path("/proc/%d/environ" % pid).read_text().split("\0") if "=" in item)
+    assert environ["HOME"] == str(node.root / "serve"), environ.get("HOME")

@@ -475,23 +475,25 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert uv_index.requests == []
     assert fleet.snapshot() == before
     assert "h100: vllm 0.20.0 cu13 is current" in run.out
-    # ... and few module calls: gpu_probe (which also reads `current`) and, for the node auto fell
-    # back on, the read of its note; every other task that ran is controller-only.
+    # ... and few module calls: gpu_probe (which also reads `current`, run by engine_node_plan's one
+    # task per node) and, for the node auto fell back on, the read of its note; every other task
+    # that ran is controller-only, and only that node ran any.
     controller_only = {
-        "Check the engine variables of each host",
-        "Check the engine_node variables of this host",
-        "Validating arguments against arg spec 'main' - Put the vLLM build a node can run on it, pinned, verified and proven on its GPUs",
-        "Decide this node's build of vLLM 0.20.0",
+        "Converge this node's engine (look, install or switch, and sum it up)",
+        "Take the decision of this run",
         "Keep the build auto fell back to while the node's driver and GPUs are the same",
         "Sum up this node's engine",
         "Record this node's engine in the play's stats",
         "Tell what this node runs",
     }
-    modules = {task: sorted(hosts) for task, hosts in run.ran().items() if task not in controller_only}
+    ran = run.ran()
+    modules = {task: sorted(hosts) for task, hosts in ran.items() if task not in controller_only}
     assert modules == {
-        "Read the driver and GPUs of the node, and where current points": ["a100", "explicit", "fallback", "h100"],
+        # every node's one task; for off (build none) it runs no module
+        "Check, read and decide what this node runs (vLLM 0.20.0)": ["a100", "explicit", "fallback", "h100", "off"],
         "Read why auto left its first choice on this node": ["fallback"],
     }, modules
+    assert {host for task, hosts in ran.items() if task in controller_only for host in hosts} == {"fallback"}, ran
     # auto remembers the fallback (note beside the environments) instead of retrying cu13 each run
     note = json.loads((fleet.roots["fallback"] / "engines" / "vllm" / "0.20.0-cu13.gpu-check-failed.json").read_text())
     assert (note["from"], note["to"], note["classification"], note["driver_version"]) == ("cu13", "cu129", "no_kernel_image", "580.65.06")
@@ -909,9 +911,11 @@ def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv
         "focal: vLLM 0.20.0 build cu13 cannot be installed on this node (glibc 2.31, %s): glibc 2.31 is older "
         "than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs." % ARCH), message
     assert "upgrade the node's OS to one with glibc 2.35 or newer" in message
-    # the task's name is templated with the first host's variables
-    assert sorted(run.ran()["Stop when this node cannot take the wheel of vLLM 0.20.0 cu13"]) == ["bookworm", "focal"], \
-        run.ran()
+    # both stop in the role's first task (check, read, decide), before any other task of theirs
+    section = run.out.split("Check, read and decide what this node runs", 1)[1].split("\nTASK [", 1)[0]
+    assert sorted(re.findall(r"^fatal: \[(\w+)\]", section, re.M)) == ["bookworm", "focal"], section
+    assert [task for task, hosts in run.ran().items() if {"bookworm", "focal"} & set(hosts)] == [
+        "Check, read and decide what this node runs (vLLM 0.20.0)"], run.ran()
     assert "power: no engine is installed on this node: no build of vLLM 0.20.0 runs on this node" in run.out
     assert "not for machine architecture ppc64le" in run.out
     failed = re.search(r"^fatal: \[bookworm\]: FAILED! => (\{.*\})$", run.out, re.M)

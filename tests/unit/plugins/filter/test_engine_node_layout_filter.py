@@ -61,3 +61,49 @@ def test_an_unknown_action_or_an_install_without_its_job_is_refused():
         now("installed", "0.20.0-cu13", "")
     with pytest.raises(filter_error(), match="needs its job"):
         now("install", "0.20.0-cu13", "", job=None, installed=True)
+
+
+result = FILTERS["engine_node_result"]
+stats = FILTERS["engine_node_stats"]
+PLAN = {"version": "0.20.0", "build": "cu13", "why": "auto: the driver runs CUDA 13"}
+
+
+def test_a_node_with_nothing_to_do_is_summed_up_as_unchanged():
+    out = result("n1", PLAN, "auto", "unchanged", "0.20.0-cu13", "0.20.0-cu13", "/r/engines/vllm")
+    assert out == {"host": "n1", "version": "0.20.0", "requested": "auto", "wanted": "cu13", "effective": "cu13",
+                   "current": "0.20.0-cu13", "pending": "", "path": "/r/engines/vllm/0.20.0-cu13",
+                   "action": "unchanged", "fallback": None, "error": None, "fleet_lock": None,
+                   "why": "auto: the driver runs CUDA 13", "check_mode": False}
+    assert stats(out) == {"n1": {k: v for k, v in out.items() if k not in ("why", "check_mode")}}
+
+
+def test_an_install_left_for_engine_service_is_pending_and_current_stays():
+    job = {"name": "0.20.0-cu13", "build": "cu13"}
+    out = result("n1", PLAN, "auto", "install", "0.20.0-cu13", "0.15.1-cu129", "/r/engines/vllm", switch="false",
+                 job=job, installed=True, fleet_lock={"path": "/l/g.lock", "lock_sha256": "ab" * 32})
+    assert (out["action"], out["current"], out["pending"], out["effective"]) == (
+        "installed", "0.15.1-cu129", "0.20.0-cu13", "cu13")
+    assert out["fleet_lock"] == {"path": "/l/g.lock", "sha256": "ab" * 32}
+    switched = result("n1", PLAN, "auto", "install", "0.20.0-cu13", "0.15.1-cu129", "/r/engines/vllm", job=job,
+                      installed=True)
+    assert (switched["current"], switched["pending"], switched["fleet_lock"]) == ("0.20.0-cu13", "", None)
+
+
+def test_a_failed_install_keeps_what_ran_and_names_auto_s_second_try():
+    out = result("n1", PLAN, "auto", "install", "0.20.0-cu13", "0.15.1-cu129", "/r/engines/vllm",
+                 job={"name": "0.20.0-cu129", "build": "cu129"}, failure={"msg": "no"}, retry=True,
+                 first_job={"build": "cu13"}, first_failure={"classification": "no_kernel_image"}, other="cu129",
+                 error="it failed")
+    assert (out["action"], out["current"], out["error"]) == ("failed", "0.15.1-cu129", "it failed")
+    assert out["fallback"] == {"from": "cu13", "to": "cu129", "reason": "no_kernel_image", "since": "this run"}
+    kept = result("n1", PLAN, "auto", "unchanged", "0.20.0-cu129", "0.20.0-cu129", "/r/engines/vllm",
+                  kept={"from": "cu13", "to": "cu129", "classification": "no_kernel_image", "at": "2026-12-01T00:00:00Z"})
+    assert kept["fallback"] == {"from": "cu13", "to": "cu129", "reason": "no_kernel_image",
+                                "since": "2026-12-01T00:00:00Z"}
+    would = result("n1", PLAN, "auto", "switch", "0.20.0-cu13", "0.15.1-cu129", "/r/engines/vllm", check_mode=True)
+    assert (would["action"], would["current"], would["check_mode"]) == ("would switched", "0.15.1-cu129", True)
+
+
+def test_a_plan_that_is_not_a_mapping_is_refused():
+    with pytest.raises(filter_error(), match="plan must be the build plan"):
+        result("n1", "cu13", "auto", "none", "", "", "/r")

@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine_node_plan action (documentation: plugins/modules/engine_node_plan.py).
+
+One task per node for the engine_node role's first step: check the host's variables, read the node
+(the gpu_probe module, the node's one module call), decide what it runs, and, where nothing is to be
+done, sum the node up and say so. What used to be six tasks per node (an assert, the probe, a
+set_fact of the decision, a set_fact of the result, set_stats and the closing assert) is one: on a
+fleet's hourly run each task costs the controller a worker per host, module or not.
+
+The decisions are the role's filters' (``engine_build_plan``, ``engine_node_problems``,
+``engine_node_result``, ``engine_node_summary``), called here as functions: one place for each.
+"""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node import CHECKED, engine_node_problems, engine_node_summary
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import engine_node_result, engine_node_stats
+
+# The variables checked besides those whose argument spec lists choices (validate.yml's list).
+_MORE_CHECKED = CHECKED + ("engine_node_cache_url", "engine_node_fleet_lock_dir", "engine_node_package",
+                           "engine_node_omit_packages")
+_LINK = "engines/vllm/current"
+
+
+def _spec_options(path):
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+
+
+def link_name(link):
+    """The environment ``current`` points to, from gpu_probe's ``link``: '' when it is missing, is not
+    a link, or dangles (the role's ``__engine_node_link_name``)."""
+    link = link or {}
+    if link.get("is_link") and link.get("target_exists"):
+        return os.path.basename(str(link.get("target") or "").rstrip("/"))
+    return ""
+
+
+def decide(probe, version, build, package, root):
+    """The facts plan.yml set: the plan, the wanted and current environments, and the action."""
+    plan = engine_build_plan(probe, version, build, package)
+    want = "%s-%s" % (plan["version"], plan["build"])
+    was = link_name(probe.get("link"))
+    if plan["build"] == "none":
+        action = "none"
+    elif was == want:
+        action = "unchanged"
+    else:
+        action = "look"
+    return {
+        "__engine_node_facts": probe,
+        "__engine_node_plan": plan,
+        "__engine_node_dir": "%s/engines/vllm" % root,
+        "__engine_node_want": want,
+        "__engine_node_was": was,
+        "__engine_node_action": action,
+        "__engine_node_job": None,
+        "__engine_node_failure": None,
+        "__engine_node_first_failure": None,
+        "__engine_node_retry": False,
+        "__engine_node_installed": False,
+        "__engine_node_on_disk": [],
+        "__engine_node_release": {},
+        "__engine_node_asset": {},
+        "__engine_node_uv_release": {},
+        "__engine_node_kept": None,
+    }
+
+
+class ActionModule(ActionBase):
+    """Check, probe, decide and (on a node with nothing to do) sum up, in one task."""
+
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("version", "build", "package", "root", "nvidia_smi", "switch", "validate"))
+
+    def _problems(self, task_vars):
+        role = getattr(self._task, "_role", None)
+        if role is None:
+            return ["engine_node_plan runs in the engine_node role only (validate: true reads its argument spec)"]
+        options = _spec_options(os.path.join(role._role_path, "meta", "argument_specs.yml"))
+        names = sorted(name for name in options if "choices" in (options[name] or {})) + list(_MORE_CHECKED)
+        values = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
+        return engine_node_problems(options, values)
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = self._task.args
+        host = task_vars.get("inventory_hostname", "")
+        if boolean(args.get("validate", True), strict=False):
+            problems = self._problems(task_vars)
+            if problems:
+                result.update(failed=True, msg=(
+                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
+                    % (host, "; ".join(problems), host)))
+                return result
+        version, build = str(args["version"]), str(args.get("build") or "auto")
+        package, root = str(args.get("package") or "vllm"), str(args["root"])
+        probe = {}
+        if build != "none":
+            module_args = {"link": "%s/%s" % (root, _LINK)}
+            if args.get("nvidia_smi"):
+                module_args["nvidia_smi"] = args["nvidia_smi"]
+            probe = self._execute_module(module_name="llmfleet.engines.gpu_probe", module_args=module_args,
+                                         task_vars=task_vars)
+            if probe.get("failed"):
+                result.update(probe)
+                return result
+            result["warnings"] = probe.pop("warnings", [])
+            probe.pop("invocation", None)
+            probe.pop("deprecations", None)
+        facts = decide(probe, version, build, package, root)
+        plan, action = facts["__engine_node_plan"], facts["__engine_node_action"]
+        # the decision, which the role's apply step starts from on a node that changes
+        result["plan"] = facts
+        result["action"] = action
+        if action == "look" and plan.get("blocked") is not None:
+            # a build asked for by name whose wheel the node cannot take: stop before any look-up
+            result.update(failed=True, msg="%s: %s" % (host, plan["blocked"]))
+            return result
+        if action in ("none", "unchanged"):
+            summed = engine_node_result(host, plan, build, action, facts["__engine_node_want"],
+                                        facts["__engine_node_was"], facts["__engine_node_dir"],
+                                        switch=args.get("switch", True), check_mode=self._play_context.check_mode)
+            result.update(summed)
+            result["ansible_stats"] = {"data": {"engine_node": engine_node_stats(summed)}, "per_host": False,
+                                       "aggregate": True}
+            result["msg"] = engine_node_summary(summed, None, root)
+            # the line shows without -v, as the role's closing assert showed it
+            result["_ansible_verbose_always"] = True
+        return result

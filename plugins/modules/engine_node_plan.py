@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_node_plan
+short_description: Check a host's engine_node variables, read the node and decide which vLLM it runs, in one task
+version_added: 0.9.0
+description:
+  - The first step of the C(llmfleet.engines.engine_node) role, as one task per node (an action
+    that runs on the controller and calls M(llmfleet.engines.gpu_probe) on the node).
+  - Checks the host's C(engine_node_*) variables against the role's argument spec (O(validate));
+    a bad value fails the host with a message that names the host, the variable, the value and
+    what is allowed.
+  - Reads the node's NVIDIA driver, GPUs, glibc, architecture and where C(<root>/engines/vllm/current)
+    points, with M(llmfleet.engines.gpu_probe) (skipped for O(build=none)), and decides the build
+    as the P(llmfleet.engines.engine_build_plan#filter) filter does.
+  - Its RV(action) is V(unchanged) when C(current) is the environment the node should run,
+    V(none) when the node runs no engine, and V(look) otherwise (the role then looks at the
+    environments on disk, and switches or installs). For V(unchanged) and V(none) it also returns
+    the node's result (the keys of the role's C(engine_node_result)), adds it to the play's stats
+    under C(engine_node), and says what the node runs in RV(msg).
+  - A build asked for by name whose wheel the node cannot take fails the node, before any
+    look-up or download, unless C(current) already is that build.
+  - Read-only; changes nothing on the node and asks nothing upstream.
+  - Meant for the role's own task files (it reads the role's C(meta/argument_specs.yml)); a
+    playbook uses the role, or its C(plan) entry point.
+author:
+  - llmfleet maintainers (@llmfleet)
+options:
+  version:
+    description: The vLLM release the node should run (C(engine_node_version)).
+    type: str
+    required: true
+  build:
+    description: The build asked for (C(engine_node_build)).
+    type: str
+    choices: [auto, cu13, cu129, cpu, none]
+    default: auto
+  package:
+    description: The distribution of vLLM's code installed (C(engine_node_package)).
+    type: str
+    default: vllm
+  root:
+    description: The engine root on the node (C(engine_node_root)).
+    type: path
+    required: true
+  nvidia_smi:
+    description: The C(nvidia-smi) to run (C(engine_node_nvidia_smi)); by default the one on C(PATH).
+    type: path
+  switch:
+    description:
+      - Whether this run moves C(current) (C(engine_node_switch)); V(false) where
+        C(llmfleet.engines.engine_service) switches it after draining. Shapes the summed-up result.
+    type: bool
+    default: true
+  validate:
+    description: Check the host's C(engine_node_*) variables first.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  action:
+    support: full
+notes:
+  - The decision's facts, for the role's next step, are in RV(plan).
+seealso:
+  - module: llmfleet.engines.gpu_probe
+  - role: llmfleet.engines.engine_node
+"""
+
+EXAMPLES = r"""
+# In the engine_node role (tasks/plan.yml)
+- name: Check, read and decide what this node runs
+  llmfleet.engines.engine_node_plan:
+    version: "{{ engine_node_version }}"
+    build: "{{ engine_node_build }}"
+    package: "{{ engine_node_package }}"
+    root: "{{ engine_node_root }}"
+    switch: "{{ engine_node_switch }}"
+  register: engine_node_result
+"""
+
+RETURN = r"""
+action:
+  description:
+    - V(unchanged), V(none) (summed up), or V(look) (the role goes on).
+  returned: success
+  type: str
+  sample: unchanged
+plan:
+  description: The decision (the build plan, the wanted and current environments, gpu_probe's facts), for the role's next step.
+  returned: success
+  type: dict
+msg:
+  description: What the node runs, in one line.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+  sample: "node1: vllm 0.20.0 cu13 is current (/opt/llmfleet/engines/vllm/0.20.0-cu13); nothing to do."
+host:
+  description: The inventory host.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+version:
+  description: The vLLM version the node should run.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+requested:
+  description: The build asked for.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+wanted:
+  description: The build the node should run.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+effective:
+  description: The build C(current) names (V(none) for none).
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+current:
+  description: The environment C(current) names.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+pending:
+  description: Always empty here (nothing changed).
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+path:
+  description: The path of the environment C(current) names.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+fallback:
+  description: Always null here (auto's kept fallback is read by the role's next step).
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: dict
+error:
+  description: Always null here.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+fleet_lock:
+  description: Always null here.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: dict
+why:
+  description: Why the node gets that build.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: str
+check_mode:
+  description: Whether the run is in check mode.
+  returned: when RV(action) is V(unchanged) or V(none)
+  type: bool
+"""
+
+if __name__ == "__main__":
+    raise SystemExit("engine_node_plan is an action: it runs on the controller, in a playbook")

@@ -1,0 +1,122 @@
+"""engine_node_plan: the engine_node role's first step in one task. The action checks the host's
+variables against the role's argument spec, runs gpu_probe (here a stand-in answer: the module's own
+tests run it), decides as the engine_build_plan filter does, and sums up a node with nothing to do:
+its result, the play's stats and the line it shows."""
+
+from __future__ import annotations
+
+import pathlib
+from unittest import mock
+
+import pytest
+
+from ansible.module_utils import _internal
+
+_before = _internal.is_controller
+try:
+    from ansible.playbook.play_context import PlayContext
+    from ansible.playbook.task import Task
+    from ansible.template import Templar
+    from ansible.parsing.dataloader import DataLoader
+
+    from ansible_collections.llmfleet.engines.plugins.action import engine_node_plan
+finally:
+    _internal.is_controller = _before
+
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "engine_node"
+H100 = {"driver_version": "580.65.06", "cuda_version": "13.0", "driver_error": None, "glibc": "2.39",
+        "architecture": "x86_64",
+        "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-1", "compute_capability": "9.0",
+                  "memory_mib": 81559}]}
+
+
+def _vars(**over):
+    values = {"inventory_hostname": "n1", "engine_node_version": "0.20.0", "engine_node_build": "auto",
+              "engine_node_keep": 1, "engine_node_root": "/opt/llmfleet", "engine_node_services": [],
+              "engine_node_package": "vllm", "engine_node_python_preference": "only-managed",
+              "engine_node_cache_url": "", "engine_node_fleet_lock_dir": "", "engine_node_omit_packages": []}
+    import yaml
+
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    for name, option in spec.items():
+        if "choices" in option and name not in values:
+            values[name] = option.get("default", option["choices"][0])
+    values.update(over)
+    return values
+
+
+def _run(args, task_vars, link=None, check_mode=False, probe=None):
+    task = Task()
+    task.args = args
+    task.action = "llmfleet.engines.engine_node_plan"
+    task._role = mock.Mock(_role_path=str(ROLE))
+    context = PlayContext()
+    context.check_mode = check_mode
+    action = engine_node_plan.ActionModule(task, mock.Mock(), context, DataLoader(), Templar(loader=DataLoader()), None)
+    answer = dict(probe or H100, link=link or {"is_link": False})
+    calls = []
+
+    def execute(module_name, module_args, task_vars):
+        calls.append((module_name, module_args))
+        return dict(answer, changed=False, invocation={"module_args": module_args})
+
+    action._execute_module = execute
+    return action.run(task_vars=task_vars), calls
+
+
+ARGS = {"version": "0.20.0", "build": "auto", "package": "vllm", "root": "/opt/llmfleet", "switch": True}
+
+
+def test_a_converged_node_is_one_module_call_and_summed_up():
+    link = {"is_link": True, "target": "/opt/llmfleet/engines/vllm/0.20.0-cu13", "target_exists": True}
+    res, calls = _run(dict(ARGS), _vars(), link=link)
+    assert calls == [("llmfleet.engines.gpu_probe", {"link": "/opt/llmfleet/engines/vllm/current"})]
+    assert (res["action"], res["current"], res["wanted"], res["pending"]) == ("unchanged", "0.20.0-cu13", "cu13", "")
+    assert res["msg"] == "n1: vllm 0.20.0 cu13 is current (/opt/llmfleet/engines/vllm/0.20.0-cu13); nothing to do."
+    assert res["ansible_stats"]["data"]["engine_node"]["n1"]["action"] == "unchanged"
+    assert res["ansible_stats"]["per_host"] is False and res["ansible_stats"]["aggregate"] is True
+    assert "invocation" not in res["plan"]["__engine_node_facts"]
+    assert not res.get("failed")
+
+
+def test_a_node_that_must_change_is_left_to_the_next_step_with_the_decision():
+    res, _calls = _run(dict(ARGS, switch=False), _vars())
+    assert res["action"] == "look" and "ansible_stats" not in res and "current" not in res
+    plan = res["plan"]
+    assert (plan["__engine_node_want"], plan["__engine_node_was"], plan["__engine_node_dir"]) == (
+        "0.20.0-cu13", "", "/opt/llmfleet/engines/vllm")
+    assert plan["__engine_node_plan"]["build"] == "cu13"
+
+
+def test_build_none_reads_nothing_on_the_node():
+    res, calls = _run(dict(ARGS, build="none"), _vars(engine_node_build="none"))
+    assert calls == [] and res["action"] == "none"
+    assert res["msg"].startswith("n1: engine_node_build is none: no engine is installed on this node")
+
+
+def test_a_bad_variable_fails_the_host_naming_it_before_the_node_is_read():
+    res, calls = _run(dict(ARGS, build="cu12.9"), _vars(engine_node_build="cu12.9"))
+    assert calls == [] and res["failed"]
+    assert res["msg"].startswith('host n1: variable engine_node_build is "cu12.9", allowed: auto, cu13, cu129, cpu, none')
+    assert "Fix it in the inventory (host_vars/n1.yml" in res["msg"]
+    skipped, calls = _run(dict(ARGS, build="none", validate=False), _vars(engine_node_keep="many"))
+    assert not skipped.get("failed") and calls == []
+
+
+def test_a_build_the_node_cannot_take_fails_before_any_look_up_unless_it_is_current():
+    old = dict(H100, glibc="2.31")
+    res, _calls = _run(dict(ARGS, build="cu13"), _vars(engine_node_build="cu13"), probe=old)
+    assert res["failed"] and res["msg"].startswith("n1: vLLM 0.20.0 build cu13 cannot be installed on this node")
+    link = {"is_link": True, "target": "/opt/llmfleet/engines/vllm/0.20.0-cu13", "target_exists": True}
+    res, _calls = _run(dict(ARGS, build="cu13"), _vars(engine_node_build="cu13"), probe=old, link=link)
+    assert not res.get("failed") and res["action"] == "unchanged"
+
+
+@pytest.mark.parametrize("link, name", [
+    ({"is_link": True, "target": "/r/0.20.0-cu13", "target_exists": True}, "0.20.0-cu13"),
+    ({"is_link": True, "target": "/r/0.20.0-cu13", "target_exists": False}, ""),
+    ({"is_link": False}, ""),
+    (None, ""),
+])
+def test_current_is_read_only_from_a_link_that_does_not_dangle(link, name):
+    assert engine_node_plan.link_name(link) == name

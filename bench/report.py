@@ -128,6 +128,13 @@ def flow_section(flow: dict) -> list[str]:
     return out
 
 
+def _results(per: dict) -> str:
+    """Task results per node, with the skipped ones."""
+    if "text" in per:
+        return per["text"]
+    return ("%s (%s skipped)" % (per["results"], per["skipped"])) if per["skipped"] else str(per["results"])
+
+
 def fleet_section(fleet: dict) -> list[str]:
     out = ["## 2. No-op re-run of a converged fleet: playbooks/site.yml against a bare and a hand-written playbook", "",
            "N simulated nodes (`ansible_connection: local`, one root each, a fake H100 with driver 580,",
@@ -142,21 +149,34 @@ def fleet_section(fleet: dict) -> list[str]:
            "they run on the nodes, and the controller pays for every task, module or not. Tasks and module calls",
            "are counted per node by `bench/callback_plugins/bench_count.py` (task results include skipped ones;",
            "a module call is a task result that ran a module).", ""]
+    every = fleet.get("serving_every") or 0
+    if every:
+        which = "second" if every == 2 else "%sth" % every
+        out += ["Serving nodes: every %s node (node001, ...) also serves one pinned model (`engine_service_models`," % which,
+                "the fake hub's `llmfleet-test/tiny-chat` at a 40-hex commit, its lock kept on the controller) through",
+                "engine_service, under the role tests' fake systemd (`tests/roles/fakebin`, one state and unit directory",
+                "per host, through a per-host interpreter wrapper) and the fake upstream's vLLM server, a real process",
+                "per node: the rollout play (canary, then batches of 25%), its rollout lock, the weights' check, the",
+                "steady readiness gate. *plain* / *serving*: medians over the nodes of each kind.", ""]
     rows = []
     lean = all("lean" in f["noop"]["sides"] for f in fleet["fleets"])
     names = ("site.yml", "bare", "lean") if lean else ("site.yml", "bare")
     for f in fleet["fleets"]:
         n = f["noop"]
         s = n["sides"]
-        per = n["per_node"]
+        per = dict(n["per_node"])
+        if (n.get("per_node_serving") or {}).get("site.yml", {}).get("nodes"):
+            kinds = [(kind, (n.get("per_node_" + kind) or {}).get("site.yml")) for kind in ("plain", "serving")]
+            kinds = [(kind, v) for kind, v in kinds if v and v.get("nodes")]
+            per["site.yml"] = {"text": ", ".join("%s %s" % (kind, _results(v)) for kind, v in kinds),
+                               "module_calls": ", ".join("%s %s" % (kind, v["module_calls"]) for kind, v in kinds)}
         row = [f["n"]] + [_s(s[k]["wall_median"]) for k in names] + ["**%s**" % _x(n["ratio_wall"])]
         if lean:
             row.append("**%s**" % _x(n["ratio_wall_lean"]))
         row += [" / ".join(_s(s[k]["cpu_median"]) for k in names),
                 " / ".join(_x(r) for r in ([n["ratio_cpu"], n["ratio_cpu_lean"]] if lean else [n["ratio_cpu"]])),
                 " / ".join(_s(n["cpu_per_node"][k]) for k in names) if "cpu_per_node" in n else "n/a",
-                " / ".join(("%s (%s skipped)" % (per[k]["results"], per[k]["skipped"])) if per[k]["skipped"] else str(per[k]["results"])
-                           for k in names),
+                " / ".join(_results(per[k]) for k in names),
                 " / ".join(str(per[k]["module_calls"]) for k in names),
                 sum(n["requests_upstream"]["per_run"])]
         rows.append(row)
@@ -167,8 +187,14 @@ def fleet_section(fleet: dict) -> list[str]:
                      "requests upstream (all no-op runs of site.yml)"], rows)
     if fleet["fleets"]:
         last = fleet["fleets"][-1]
-        out += ["Module calls per node of the no-op site.yml run, by module: %s." % ", ".join(
-            "%s %s" % (k, v) for k, v in last["noop"]["per_node"]["site.yml"]["module_calls_by_action"].items()), "",
+        kinds = [("", last["noop"]["per_node"])]
+        if (last["noop"].get("per_node_serving") or {}).get("site.yml", {}).get("nodes"):
+            kinds = [(" (%s nodes)" % kind, last["noop"]["per_node_" + kind]) for kind in ("plain", "serving")
+                     if ((last["noop"].get("per_node_" + kind) or {}).get("site.yml") or {}).get("nodes")]
+        for label, per in kinds:
+            out += ["Module calls per node of the no-op site.yml run%s, by module: %s." % (label, ", ".join(
+                "%s %s" % (k, v) for k, v in per["site.yml"]["module_calls_by_action"].items() if v)), ""]
+        out += [
             "Where the no-op site.yml run spends its time, N = %s: wall seconds of each task across all nodes"
             " (median of the runs; a task file used twice counts both), the longest first. *kind*: module (runs a"
             " module), controller (runs on the controller only: set_fact, debug, assert, ...), skipped (skipped on"

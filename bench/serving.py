@@ -55,7 +55,7 @@ def free_ports(count: int) -> list[int]:
     """``count`` distinct free ports of 127.0.0.1 (all held open while they are picked)."""
     socks = []
     try:
-        for _ in range(count):
+        for _index in range(count):
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             socks.append(sock)

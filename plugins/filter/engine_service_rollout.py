@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_service role's rollout, as filters, in the order of its steps: the age of a
-rollout lock (``engine_service_lock_age``), the unit files found on a node, kept to be restored when a
+"""The engine_service role's rollout, as filters, in the order of its steps (the rollout lock is the
+``rollout_lock`` module's): the unit files found on a node, kept to be restored when a
 change does not serve (``engine_service_saved_units``), which of them a change rewrites
 (``engine_service_changed_units``), the figures of a readiness gate (``engine_service_gate_figures``) and
 what failed in a rolled-out version, in words (``engine_service_failure``), and the node's readiness
@@ -20,21 +20,6 @@ import binascii
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import _field
-
-
-def engine_service_lock_age(stats, now):
-    """Seconds since a rollout lock was last touched, from the ``stat`` results of its holder file and
-    of its directory (in that order; more results are ignored): the holder's age, else (a run that
-    died between making the directory and writing the holder) the directory's; -1 when there is
-    no lock."""
-    if not isinstance(stats, list) or len(stats) < 2:
-        raise AnsibleFilterError("engine_service_lock_age: the input must be the stat results of the holder file"
-                                 " and of the lock directory")
-    for result in stats[:2]:
-        info = (result or {}).get("stat") or {}
-        if info.get("exists"):
-            return max(float(now) - float(info.get("mtime") or 0), 0.0)
-    return -1.0
 
 
 def _text(read):
@@ -129,7 +114,6 @@ class FilterModule:
 
     def filters(self):
         return {
-            "engine_service_lock_age": engine_service_lock_age,
             "engine_service_saved_units": engine_service_saved_units,
             "engine_service_changed_units": engine_service_changed_units,
             "engine_service_gate_figures": engine_service_gate_figures,

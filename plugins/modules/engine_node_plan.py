@@ -65,15 +65,17 @@ options:
 attributes:
   check_mode:
     support: full
+    description: It only reads; it runs the same way in check mode.
   diff_mode:
     support: none
+    description: Nothing changes, so there is no diff.
   action:
     support: full
+    description: An action plugin; it runs on the controller and calls M(llmfleet.engines.gpu_probe) on the node.
 notes:
   - The decision's facts, for the role's next step, are in RV(plan).
 seealso:
   - module: llmfleet.engines.gpu_probe
-  - role: llmfleet.engines.engine_node
 """
 
 EXAMPLES = r"""
@@ -157,6 +159,3 @@ check_mode:
   returned: when RV(action) is V(unchanged) or V(none)
   type: bool
 """
-
-if __name__ == "__main__":
-    raise SystemExit("engine_node_plan is an action: it runs on the controller, in a playbook")

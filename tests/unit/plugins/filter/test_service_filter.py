@@ -55,7 +55,7 @@ def directives(text, section="Service"):
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures", "engine_service_lock_age",
+    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures",
                          "engine_service_model_pins",
                          "engine_service_problems", "engine_service_says", "engine_service_secret_file", "engine_service_unit_states",
                          "engine_service_units"]
@@ -703,14 +703,3 @@ def test_the_hub_token_reaches_only_the_units_that_fetch_from_the_hub():
     assert "hf_PLANTED" not in F["engine_service_secret_file"](pinned, "key", "hf_PLANTED")
     assert 'HF_TOKEN="hf_PLANTED"' in F["engine_service_secret_file"](QWEN, "key", "hf_PLANTED")
     assert 'VLLM_API_KEY="key"' in F["engine_service_secret_file"](pinned, "key", "hf_PLANTED")
-
-
-def test_the_lock_age_is_the_holders_else_the_directorys():
-    age = F["engine_service_lock_age"]
-    holder, folder = {"stat": {"exists": True, "mtime": 900.0}}, {"stat": {"exists": True, "mtime": 100.0}}
-    missing = {"stat": {"exists": False}}
-    assert age([holder, folder], 1000) == 100.0
-    assert age([missing, folder], 1000) == 900.0  # a run died between mkdir and the holder
-    assert age([missing, missing, folder], 1000) == -1.0
-    with pytest.raises(AnsibleFilterError, match="stat results"):
-        age([holder], 1000)

@@ -4,8 +4,8 @@ after it, in its engine play; the role, in the rollout play, then neither asks s
 again. Run on its own (a user's playbook, molecule), the role does both, and does them again when a later
 play of the same playbook runs it again.
 
-The site-shaped playbook is made of site.yml's own engine_service tasks (its engine play's pre- and
-post-tasks that include the role's steps, then the rollout play's role), without engine_node: the
+The site-shaped playbook is made of site.yml's own engine_service tasks (its engine play's tasks that
+include the role's steps, then the rollout play's role), without engine_node: the
 node's engine is laid out by the fake of tests/roles/engines.py, the weights come from the fake hub."""
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ def _engine_service_includes(tasks):
 
 
 def site_shaped():
-    """site.yml's engine play (its engine_service pre- and post-tasks only) and its rollout play, on ``node``."""
+    """site.yml's engine play (its tasks that include engine_service's steps only) and its rollout play, on ``node``."""
     plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
     engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
-    pre, post = _engine_service_includes(engine["pre_tasks"]), _engine_service_includes(engine["post_tasks"])
-    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in pre + post] == ["systemd", "stage"]
+    steps = _engine_service_includes(engine["tasks"])
+    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in steps] == ["systemd", "stage"]
     assert [r["role"] for r in rollout["roles"]] == [ROLE]
-    return [{"name": "engine play", "hosts": "node", "gather_facts": False, "pre_tasks": pre, "post_tasks": post},
+    return [{"name": "engine play", "hosts": "node", "gather_facts": False, "tasks": steps},
             {"name": "rollout play", "hosts": "node", "gather_facts": False, "roles": rollout["roles"]}]
 
 

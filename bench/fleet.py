@@ -153,6 +153,9 @@ class Fleet:
         inventory = {"all": {"vars": group, "hosts": hosts}}
         # every ``serving``-th node serves a model (bench/serving.py); the others are left as they were
         chosen = [name for i, name in enumerate(self.names) if serving and i % serving == 0]
+        problem = serve.crossing_problem(work) if chosen else None
+        if problem:
+            raise RuntimeError("bench.fleet: " + problem)
         self.serving = [serve.Host(work / "hosts" / name, name, self.names.index(name) + 1, port).make()
                         for name, port in zip(chosen, serve.free_ports(len(chosen)), strict=True)]
         self.revision = None

@@ -165,7 +165,7 @@ def fleet_section(fleet: dict) -> list[str]:
         n = f["noop"]
         s = n["sides"]
         per = dict(n["per_node"])
-        if (n.get("per_node_serving") or {}).get("site.yml", {}).get("nodes"):
+        if ((n.get("per_node_serving") or {}).get("site.yml") or {}).get("nodes"):
             kinds = [(kind, (n.get("per_node_" + kind) or {}).get("site.yml")) for kind in ("plain", "serving")]
             kinds = [(kind, v) for kind, v in kinds if v and v.get("nodes")]
             per["site.yml"] = {"text": ", ".join("%s %s" % (kind, _results(v)) for kind, v in kinds),
@@ -188,7 +188,7 @@ def fleet_section(fleet: dict) -> list[str]:
     if fleet["fleets"]:
         last = fleet["fleets"][-1]
         kinds = [("", last["noop"]["per_node"])]
-        if (last["noop"].get("per_node_serving") or {}).get("site.yml", {}).get("nodes"):
+        if ((last["noop"].get("per_node_serving") or {}).get("site.yml") or {}).get("nodes"):
             kinds = [(" (%s nodes)" % kind, last["noop"]["per_node_" + kind]) for kind in ("plain", "serving")
                      if ((last["noop"].get("per_node_" + kind) or {}).get("site.yml") or {}).get("nodes")]
         for label, per in kinds:

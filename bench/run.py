@@ -1,6 +1,7 @@
 """Run the benchmarks and write ``bench/results.md`` (and ``build/bench/results.json``).
 
     python -m bench.run [--only flow fleet disk cache models real] [--n 1 10 50] [--reps 5] [--fleet-reps 3]
+                        [--fleet-serving 2]
                         [--no-pypi] [--no-variants] [--before GIT_REF] [--model-n N ...] [--model-mib 32]
                         [--model-reps 5] [--output bench/results.md] [--json F]
 
@@ -41,6 +42,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of the flow benchmark (fake upstream)")
     parser.add_argument("--pypi-reps", type=int, default=3, help="repetitions of the flow benchmark (real PyPI)")
     parser.add_argument("--fleet-reps", type=int, default=3, help="repetitions of each no-op fleet run")
+    parser.add_argument("--fleet-serving", type=int, default=2, metavar="EVERY",
+                        help="every EVERY-th node of the fleet also serves a model (default 2; 0: none)")
     parser.add_argument("--no-pypi", action="store_true", help="leave out the real-PyPI cases")
     parser.add_argument("--no-variants", action="store_true", help="leave out the fleet's settings variants")
     parser.add_argument("--before", metavar="GIT_REF",
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     if "fleet" in args.only:
         data["sections"]["fleet"] = {"machine": machine(), "command": command}
         data["fleet"] = fleet.run(args.n, args.fleet_reps, not args.no_variants, work=args.work / "fleet",
-                                  before=args.before)
+                                  before=args.before, serving=args.fleet_serving)
         if not args.no_pypi:
             data["fleet"]["uv_wheel_on_pypi"] = fleet.uv_wheel_on_pypi()
         write_json(args.json, data)

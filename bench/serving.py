@@ -123,6 +123,17 @@ class Host:
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def crossing_problem(path: pathlib.Path) -> str | None:
+    """Why a service user could not reach ``path`` (a directory on the way closed to others), or None.
+    The engines run as service users from the nodes' roots under the bench's work directory."""
+    for folder in [path, *path.parents]:
+        if folder.exists() and not folder.stat().st_mode & 0o001:
+            return ("serving nodes need a work directory their service users can cross, and %s is closed to"
+                    " others (mode %o): use --work under a directory open to others, or --serving 0"
+                    % (folder, folder.stat().st_mode & 0o777))
+    return None
+
+
 def group_vars(upstream_url: str, lock_dir: pathlib.Path, ready_timeout: int = 60) -> dict:
     """What engine_service needs on this machine, the same for every serving host."""
     return {

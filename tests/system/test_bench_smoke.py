@@ -38,7 +38,7 @@ SECTIONS = (
 def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     output = work / "results.md"
-    cmd = [sys.executable, "-m", "bench.run", "--n", "1", "--reps", "1", "--fleet-reps", "1", "--no-pypi",
+    cmd = [sys.executable, "-m", "bench.run", "--n", "1", "--reps", "1", "--fleet-reps", "1", "--fleet-serving", "0", "--no-pypi",
            "--no-variants", "--model-mib", "1", "--model-reps", "1", "--work", str(work / "scratch"),
            "--json", str(work / "results.json"), "--output", str(output)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500, check=False)

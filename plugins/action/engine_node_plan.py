@@ -46,7 +46,8 @@ def link_name(link):
 
 
 def decide(probe, version, build, package, root):
-    """The facts plan.yml set: the plan, the wanted and current environments, and the action."""
+    """The decision converge.yml starts from: the plan, the wanted and current environments, the action
+    (converge.yml also resets what a change of this run fills in)."""
     plan = engine_build_plan(probe, version, build, package)
     want = "%s-%s" % (plan["version"], plan["build"])
     was = link_name(probe.get("link"))
@@ -63,16 +64,6 @@ def decide(probe, version, build, package, root):
         "__engine_node_want": want,
         "__engine_node_was": was,
         "__engine_node_action": action,
-        "__engine_node_job": None,
-        "__engine_node_failure": None,
-        "__engine_node_first_failure": None,
-        "__engine_node_retry": False,
-        "__engine_node_installed": False,
-        "__engine_node_on_disk": [],
-        "__engine_node_release": {},
-        "__engine_node_asset": {},
-        "__engine_node_uv_release": {},
-        "__engine_node_kept": None,
     }
 
 

@@ -9,7 +9,8 @@ host's bench directory (``<work>/hosts/<name>/python``) that exports ``FAKE_SYST
 Python. The modules' children (``command``'s and ``systemd_service``'s ``systemctl``) inherit it.
 The engines are the fake upstream's vllm wheels, whose ``vllm serve`` is a fake OpenAI-compatible
 server (``tests/upstream/pkgsrc/vllm/fake_server.py``), started by the fake systemd as real
-processes, as the host's service user; every pid it starts is in ``<state>/pids.log`` (``kill_recorded``).
+processes, as the host's service user; every pid it starts is in ``<state>/pids.log``, whence
+``_fakesystemd.kill_recorded`` kills them.
 The model is the fake hub's ``llmfleet-test/tiny-chat`` pinned to the commit of its tag v1, staged
 from the fake hub (``<upstream>/hub``) and served offline; its lock is kept in a directory of the
 controller (``engine_service_model_lock_dir``), so that a converged run asks the hub nothing.
@@ -30,13 +31,12 @@ import os
 import pathlib
 import pwd
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 from bench.common import REPO, http_json
+from tests.roles.fakebin import _fakesystemd
 
 FAKEBIN = REPO / "tests" / "roles" / "fakebin"
 MODEL = "llmfleet-test/tiny-chat"
@@ -200,42 +200,6 @@ def check_serving(hosts: list[Host]) -> list[dict]:
 # Processes and the service user.
 
 
-def _start_ticks(pid: int):
-    """Start time of a live process (not a zombie), or None."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
-
-
-def kill_recorded(state: pathlib.Path) -> list[dict]:
-    """SIGKILL every process the fake systemd recorded in ``state/pids.log`` that still runs (by pid,
-    checked against its start time so that a reused pid is left alone), monitors first; as
-    tests/roles/conftest.py's kill_recorded. Returns the entries still alive after 10 s."""
-    path = state / "pids.log"
-    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    entries.sort(key=lambda e: e["what"] != "monitor")
-    left = []
-    for entry in entries:
-        if entry["ticks"] is not None and _start_ticks(entry["pid"]) == entry["ticks"]:
-            try:
-                if entry["what"] == "main":
-                    os.killpg(entry["pid"], signal.SIGKILL)  # the service leads its own process group
-                else:
-                    os.kill(entry["pid"], signal.SIGKILL)
-                left.append(entry)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 10
-    while left and time.monotonic() < deadline:
-        left = [e for e in left if _start_ticks(e["pid"]) == e["ticks"]]
-        time.sleep(0.02)
-    return left
-
-
 def stop_all(states) -> int:
     """Kill what the fake systemd of each of ``states`` started; returns how many processes were
     recorded in all. Raises RuntimeError when some are still alive."""
@@ -243,7 +207,7 @@ def stop_all(states) -> int:
     for state in states:
         path = pathlib.Path(state) / "pids.log"
         recorded += len(path.read_text().splitlines()) if path.exists() else 0
-        left += kill_recorded(pathlib.Path(state))
+        left += _fakesystemd.kill_recorded(state)
     if left:
         raise RuntimeError("processes still alive after SIGKILL: %s" % left)
     return recorded

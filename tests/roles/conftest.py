@@ -15,17 +15,16 @@ import pathlib
 import pwd
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _trust
 from tests.roles import engines
+from tests.roles.fakebin import _fakesystemd
 from tests.unit.plugins.vllm_fakes import free_port
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -298,7 +297,7 @@ class Node:
     @staticmethod
     def alive(pid) -> bool:
         """Whether process ``pid`` runs (a zombie does not)."""
-        return _start_ticks(pid) is not None
+        return _fakesystemd.proc_start_ticks(pid) is not None
 
     @staticmethod
     def uid_of(pid) -> int | None:
@@ -443,38 +442,10 @@ class Node:
 
 
 def kill_recorded(state: pathlib.Path):
-    """SIGKILL every process the fake systemd recorded in ``state/pids.log`` that still runs (by
-    pid, checked against its start time so that a reused pid is left alone), monitors first."""
-    path = state / "pids.log"
-    entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    entries.sort(key=lambda e: e["what"] != "monitor")
-    left = []
-    for entry in entries:
-        if entry["ticks"] is not None and _start_ticks(entry["pid"]) == entry["ticks"]:
-            try:
-                if entry["what"] == "main":
-                    os.killpg(entry["pid"], signal.SIGKILL)  # the service leads its own process group
-                else:
-                    os.kill(entry["pid"], signal.SIGKILL)
-                left.append(entry)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 10
-    while left and time.monotonic() < deadline:
-        left = [e for e in left if _start_ticks(e["pid"]) == e["ticks"]]
-        time.sleep(0.02)
+    """SIGKILL every process the fake systemd recorded in ``state/pids.log`` that still runs
+    (``_fakesystemd.kill_recorded``); fails when one outlives it."""
+    left = _fakesystemd.kill_recorded(state)
     assert not left, "processes still alive after SIGKILL: %s" % left
-
-
-def _start_ticks(pid):
-    """Start time of a live process (not a zombie), or None."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="utf-8", errors="replace") as handle:
-            data = handle.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 @pytest.fixture(scope="session")

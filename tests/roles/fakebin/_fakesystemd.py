@@ -259,6 +259,35 @@ def alive(pid, ticks=None):
     return got is not None and (ticks is None or got == ticks)
 
 
+def kill_recorded(state_dir, wait=10.0):
+    """SIGKILL every process recorded in ``<state_dir>/pids.log`` that still runs (by pid, checked against
+    its start time so that a reused pid is left alone), monitors first; a service's main process leads
+    its own process group, which is killed whole. Returns the entries still alive after ``wait`` s."""
+    path = os.path.join(str(state_dir), "pids.log")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entries = [json.loads(line) for line in handle.read().splitlines()]
+    except FileNotFoundError:
+        entries = []
+    entries.sort(key=lambda e: e["what"] != "monitor")
+    left = []
+    for entry in entries:
+        if entry["ticks"] is not None and alive(entry["pid"], entry["ticks"]):
+            try:
+                if entry["what"] == "main":
+                    os.killpg(entry["pid"], signal.SIGKILL)
+                else:
+                    os.kill(entry["pid"], signal.SIGKILL)
+                left.append(entry)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + wait
+    while left and time.monotonic() < deadline:
+        left = [e for e in left if alive(e["pid"], e["ticks"])]
+        time.sleep(0.02)
+    return left
+
+
 def record_pid(pid, unit, what):
     with open(state_path("pids.log"), "a", encoding="utf-8") as handle:
         handle.write(json.dumps({"pid": pid, "ticks": proc_start_ticks(pid), "unit": unit, "what": what}) + "\n")

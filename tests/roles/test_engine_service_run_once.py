@@ -35,7 +35,7 @@ def site_shaped():
     engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     steps = _engine_service_includes(engine["tasks"])
-    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in steps] == ["systemd", "stage"]
+    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in steps] == ["look", "systemd", "stage"]
     assert [r["role"] for r in rollout["roles"]] == [ROLE]
     return [{"name": "engine play", "hosts": "node", "gather_facts": False, "tasks": steps},
             {"name": "rollout play", "hosts": "node", "gather_facts": False, "roles": rollout["roles"]}]

@@ -1,0 +1,301 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Private to the llmfleet.engines collection; not a public API.
+
+The look at a serving node that lets a converged run stop there (the ``engine_service_look``
+module): in one module call, whether everything engine_service would check or change on the node
+is already as wanted, and every model serves.
+
+The look only ever says "settled" when each of these holds; anything else (and anything it cannot
+read) is a reason, and the run takes the role's full way, which reads, decides and tells in its
+own words:
+
+- no rollout holds the node's lock;
+- no unit of the role's prefix is left that no model lists;
+- each unit file is the text the role renders and each unit's secret
+  file holds what the role would write (compared by digest: no secret is sent or returned);
+- systemd answers for the units, and each is ``active`` (read by each unit's gate; in check mode,
+  where no gate is asked, in one ``systemctl show``);
+- each model given as a path exists and the service user may read it;
+- each pinned model's snapshot is complete, with nothing to prune, and no model the node no longer
+  pins has anything to prune;
+- each unit passes the steady readiness gate (``_ready.Gate``, judged by a window of this call),
+  unless in check mode.
+
+Only when all hold, and not in check mode, is each unit's gate recorded beside the environments
+(``<unit>.gate.json``, root's, what the role's gate writes): a record of this run, not a change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+import time
+
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
+    repo_prune_plan,
+    unlisted_repos,
+)
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._snapshot import Snapshot
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _ready
+
+SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState")
+SYSTEMCTL_TIMEOUT = 30
+SHM = "/dev/shm"
+
+
+def _read_text(path):
+    """``(text, problem)``: the file's text, None when there is none, or why it cannot count (not a
+    regular file, unreadable, not UTF-8). A link is followed, as systemd and the role's full way
+    (``slurp``) follow it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, "%s cannot be read: %s" % (path, exc.strerror)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "%s is not a regular file" % path
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "%s is not UTF-8 text" % path
+
+
+def parse_show_blocks(text):
+    """``{Id: {property: value}}`` from ``systemctl show -p ... unit...`` (one block per unit,
+    separated by blank lines)."""
+    out = {}
+    for block in re.split(r"\n\s*\n", text or ""):
+        props = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                props[key.strip()] = value.strip()
+        if props.get("Id"):
+            out[props["Id"]] = props
+    return out
+
+
+def _unlisted_prune_pending(cache_dir, repos, in_use):
+    """The unlisted repos (models the node no longer pins) the prune would change, sorted."""
+    out = []
+    for name in unlisted_repos(cache_dir, repos):
+        plan = repo_prune_plan(os.path.join(cache_dir, name), set(in_use), 0, set())
+        if plan["snapshots"] or plan["blobs"] or plan["partials"] or plan["refs"] or not plan["kept"]:
+            out.append(name)
+    return out
+
+
+def gate_figure(unit, env_name, result):
+    """One gate record, in the shape of the role's (engine_service_gate_figures)."""
+    return {"unit": unit, "environment": env_name, "stage": "steady", "ready": bool(result.get("ready")),
+            "ready_s": result.get("since_start_s"), "health_s": result.get("health_s"),
+            "completion_ms": result.get("completion_ms"), "tries": result.get("attempts", 1)}
+
+
+def write_record(directory, unit, figure, now=None):
+    """``<directory>/<unit>.gate.json``, root's, 0644, replaced atomically (a link there is replaced,
+    never followed)."""
+    record = dict(figure, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+    data = (json.dumps(record, indent=4, sort_keys=True) + "\n").encode("utf-8")
+    fd, tmp = tempfile.mkstemp(prefix=".%s.gate." % unit, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(directory, "%s.gate.json" % unit))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class Look:
+    """One look at a serving node. ``run`` is a ``_proc.Runner``-like callable; ``client`` an
+    ``_http.HttpClient`` (no retries: the gate polls); ``gate_factory`` builds a ``_ready.Gate``
+    (tests give their own)."""
+
+    def __init__(self, params, run, systemctl, runuser, client, journalctl=None, check_mode=False,
+                 gate_factory=_ready.Gate, shm=SHM):
+        self.p = params
+        self.run = run
+        self.systemctl = systemctl
+        self.runuser = runuser
+        self.journalctl = journalctl
+        self.client = client
+        self.check_mode = check_mode
+        self.gate_factory = gate_factory
+        self.shm = shm
+        self.reasons = []
+        self.result = {"settled": False, "reasons": self.reasons, "states": {}, "gates": [], "orphans": [],
+                       "shm_mib": None, "recorded": []}
+
+    # -- the parts, cheapest first -------------------------------------------------------------
+    def _lock(self):
+        if os.path.lexists(self.p["lock"]):
+            self.reasons.append("a rollout holds this node's lock (%s)" % self.p["lock"])
+
+    def _orphans(self):
+        prefix = self.p["unit_prefix"]
+        pattern = re.compile("^" + re.escape(prefix) + r"[a-z0-9][a-z0-9-]*\.service$")
+        wanted = set(u["unit"] for u in self.p["units"])
+        try:
+            names = os.listdir(self.p["unit_dir"])
+        except FileNotFoundError:
+            names = []
+        orphans = sorted(n for n in names if pattern.match(n) and n not in wanted)
+        self.result["orphans"] = orphans
+        if orphans:
+            self.reasons.append("units no model lists any more: %s" % ", ".join(orphans))
+
+    def _files(self):
+        for unit in self.p["units"]:
+            text, problem = _read_text(os.path.join(self.p["unit_dir"], unit["unit"]))
+            if problem:
+                self.reasons.append(problem)
+            elif text is None:
+                self.reasons.append("%s is not on the node" % unit["unit"])
+            elif text != unit["text"]:
+                self.reasons.append("%s differs from what the role renders" % unit["unit"])
+            secret, problem = _read_text(unit["environment_file"])
+            if problem:
+                self.reasons.append(problem)
+                continue
+            digest = hashlib.sha256((secret or "").encode("utf-8")).hexdigest()
+            if digest != unit["secret_sha256"]:
+                self.reasons.append("the secret file of %s differs from what the role writes" % unit["unit"])
+
+    def _states(self):
+        """In check mode (no gate) the units' states are read here, in one call; otherwise each gate
+        reads its unit's (``_gates``)."""
+        names = [u["unit"] for u in self.p["units"]]
+        if not names or not self.check_mode:
+            return
+        argv = [self.systemctl, "show"]
+        for prop in SHOW_PROPERTIES:
+            argv += ["-p", prop]
+        res = self.run(argv + names, timeout=SYSTEMCTL_TIMEOUT)
+        if res.rc != 0 or res.timed_out:
+            self.reasons.append("%s did not answer: rc %s, %s" % (" ".join(argv[:2]), res.rc,
+                                                                  last_lines(res.output) or "no output"))
+            return
+        blocks = parse_show_blocks(res.out)
+        for name in names:
+            state = blocks.get(name, {})
+            self.result["states"][name] = {"load": state.get("LoadState"), "active": state.get("ActiveState"),
+                                           "sub": state.get("SubState")}
+            if state.get("ActiveState") != "active":
+                self.reasons.append("%s is %s" % (name, state.get("ActiveState") or "unknown to systemd"))
+
+    def _paths(self):
+        for item in self.p["model_paths"]:
+            path = item["path"]
+            if not os.path.exists(path):
+                self.reasons.append("the model %s: %s does not exist" % (item["name"], path))
+                continue
+            res = self.run([self.runuser, "-u", self.p["user"], "--", "test", "-r", path, "-a", "-x", path],
+                           timeout=SYSTEMCTL_TIMEOUT)
+            if res.rc != 0 or res.timed_out:
+                self.reasons.append("the model %s: %s may not be read by %s" % (item["name"], path, self.p["user"]))
+
+    def _shm(self):
+        if not self.p["need_shm"]:
+            return
+        try:
+            st = os.statvfs(self.shm)
+        except OSError as exc:
+            self.reasons.append("%s cannot be read: %s" % (self.shm, exc.strerror))
+            return
+        self.result["shm_mib"] = st.f_blocks * st.f_frsize // (1024 * 1024)
+
+    def _snapshots(self):
+        cache_dir = self.p["cache_dir"]
+        if not self.p["snapshots"]:
+            return
+        for item in self.p["snapshots"]:
+            snapshot = Snapshot(item["lock"], cache_dir)
+            what = "%s@%s" % (snapshot.repo, snapshot.commit[:12])
+            untrusted = untrusted_component(snapshot.repo_dir)
+            if untrusted:
+                self.reasons.append("%s: its cache cannot be trusted (%s)" % (what, untrusted.describe()))
+                continue
+            survey = snapshot.survey("size")
+            work = snapshot.work(survey)
+            if survey["in_the_way"] or work["fetch"] or work["links"] or work["ref"]:
+                self.reasons.append("%s is not complete in %s" % (what, snapshot.snapshot_dir))
+                continue
+            plan = snapshot.prune_plan(self.p["keep"], self.p["in_use"])
+            if plan["snapshots"] or plan["blobs"] or plan["partials"] or plan["refs"]:
+                self.reasons.append("%s: older snapshots or blobs to prune" % what)
+        pending = _unlisted_prune_pending(cache_dir, [i["lock"]["repo"] for i in self.p["snapshots"]],
+                                          self.p["in_use"])
+        if pending:
+            self.reasons.append("models no longer pinned to prune: %s" % ", ".join(pending))
+
+    def _gates(self):
+        if self.check_mode:
+            return
+        for unit in self.p["units"]:
+            gate = self.gate_factory(
+                self.client, unit["url"], unit["name"], version=self.p["version"] or None,
+                unit=_ready.Unit(self.run, unit["unit"], self.systemctl, self.journalctl),
+                deadline=self.p["steady_timeout"], wait=self.p["steady_timeout"],
+                api_key=unit.get("api_key") or None, from_unit_start=False)
+            try:
+                res = gate.run()
+            except _ready.ReadyError as exc:
+                self.reasons.append(exc.msg)
+                continue
+            if not res.get("ready"):
+                self.reasons.append(res.get("msg") or "%s is not ready" % unit["unit"])
+                continue
+            state = res.get("unit_state") or {}
+            self.result["states"][unit["unit"]] = {"active": state.get("ActiveState"), "sub": state.get("SubState")}
+            if state.get("ActiveState") != "active":
+                # reloading, say: it serves, but the full way tells what systemd is doing with it
+                self.reasons.append("%s is %s" % (unit["unit"], state.get("ActiveState") or "unknown to systemd"))
+                continue
+            self.result["gates"].append(gate_figure(unit["unit"], self.p["environment"], res))
+
+    # -- the look --------------------------------------------------------------------------------
+    def look(self):
+        """The result dict: ``settled``, ``reasons``, ``states``, ``gates``, ``orphans``, ``shm_mib``,
+        ``recorded``. Stops at the first part that finds a reason: the full way reads the rest."""
+        for part in (self._lock, self._orphans, self._files, self._states, self._paths, self._shm,
+                     self._snapshots, self._gates):
+            try:
+                part()
+            except (LlmfleetError, OSError) as exc:
+                self.reasons.append(getattr(exc, "msg", None) or str(exc))
+            if self.reasons:
+                return self.result
+        # a rollout that started while the gates ran has the node now
+        self._lock()
+        if self.reasons:
+            return self.result
+        self.result["settled"] = True
+        if not self.check_mode:
+            for figure in self.result["gates"]:
+                write_record(self.p["record_dir"], figure["unit"], figure)
+                self.result["recorded"].append(figure["unit"])
+        return self.result

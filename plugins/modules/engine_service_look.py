@@ -1,0 +1,193 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: engine_service_look
+short_description: Find a settled serving node in one task, and sum it up
+version_added: 0.10.0
+description:
+  - The C(look) step of the C(llmfleet.engines.engine_service) role, as one task per serving node (an
+    action that runs on the controller and calls M(llmfleet.engines.engine_service_survey) on the node).
+    C(playbooks/site.yml) runs it in its engine play on each serving node whose engine
+    C(llmfleet.engines.engine_node) leaves as it is.
+  - Works out each unit's secret file from the role's variables (only its SHA-256 goes to the node) and
+    has the node read everything the role would change, and gate each model, in one module call.
+  - Then checks the models' placement on the node's GPUs, C(/dev/shm) and C(LimitNOFILE), as the
+    role's preflight does (P(llmfleet.engines.engine_service_placement_problems#filter)).
+  - A node where all of it holds is settled. It is summed up as the role's last step sums a node
+    up (the keys of C(engine_service_result), with RV(mode) V(steady) and RV(settled) true), its
+    readiness is told, and it is added to the play's stats under C(engine_service).
+  - Any other node gets RV(settled) false and RV(reasons), and takes the role's full way.
+  - Meant for the role's own task files; a playbook uses the role's C(look) entry point.
+author:
+  - llmfleet maintainers (@llmfleet)
+options:
+  environment:
+    description: The environment the units run (what C(current) names).
+    type: str
+    required: true
+  models:
+    description: The host's C(engine_service_models).
+    type: list
+    elements: dict
+    required: true
+  units:
+    description: The units the role renders for O(environment) (P(llmfleet.engines.engine_service_units#filter)).
+    type: list
+    elements: dict
+    required: true
+  pins:
+    description: The pinned models (P(llmfleet.engines.engine_service_model_pins#filter)).
+    type: list
+    elements: dict
+    default: []
+  locks:
+    description: The pinned models' locks, by pin key.
+    type: dict
+    default: {}
+  gpus:
+    description: The node's GPUs (M(llmfleet.engines.gpu_probe)'s C(gpus)), when a model is placed on them.
+    type: list
+    elements: dict
+  api_key:
+    description: C(engine_service_api_key).
+    type: str
+    default: ""
+  hf_token:
+    description: C(engine_service_hf_token).
+    type: str
+    default: ""
+  secret_environment:
+    description: C(engine_service_secret_environment).
+    type: dict
+    default: {}
+  unit_dir:
+    description: C(engine_service_unit_dir).
+    type: path
+    required: true
+  unit_prefix:
+    description: The prefix of the role's units.
+    type: str
+    required: true
+  lock:
+    description: The node's rollout lock.
+    type: path
+    required: true
+  record_dir:
+    description: Where the gate records go.
+    type: path
+    required: true
+  user:
+    description: C(engine_service_user).
+    type: str
+    required: true
+  cache_dir:
+    description: The node's hub cache (C(<engine_service_root>/models)).
+    type: path
+  keep:
+    description: C(engine_service_model_keep).
+    type: int
+    default: 2
+  steady_timeout:
+    description: C(engine_service_steady_timeout).
+    type: int
+    default: 120
+  shm_min_mib:
+    description: C(engine_service_shm_min_mib).
+    type: int
+    default: 1024
+  limit_nofile:
+    description: C(engine_service_limit_nofile).
+    type: int
+attributes:
+  check_mode:
+    support: full
+    description: Reads the same, asks no gate and records nothing.
+  diff_mode:
+    support: none
+    description: Nothing the role converges changes, so there is no diff.
+  action:
+    support: full
+    description: An action plugin; it runs on the controller and calls M(llmfleet.engines.engine_service_survey) on the node.
+notes:
+  - Never returns a secret; RV(survey) is the module's result.
+seealso:
+  - module: llmfleet.engines.engine_service_survey
+  - module: llmfleet.engines.engine_ready
+"""
+
+EXAMPLES = r"""
+# In the engine_service role (tasks/look.yml), which site.yml includes
+- name: Look whether this node's models are settled
+  llmfleet.engines.engine_service_look:
+    environment: "{{ engine_node_result.current }}"
+    models: "{{ engine_service_models }}"
+    units: "{{ __engine_service_rendered }}"
+    unit_dir: /etc/systemd/system
+    unit_prefix: llmfleet-vllm-
+    lock: /opt/llmfleet/engines/vllm/.engine_service.lock
+    record_dir: /opt/llmfleet/engines/vllm
+    user: llmfleet-vllm
+  register: engine_service_result
+"""
+
+RETURN = r"""
+settled:
+  description: Whether the node is settled.
+  returned: always
+  type: bool
+reasons:
+  description: Why it is not (empty when it is).
+  returned: always
+  type: list
+  elements: str
+survey:
+  description: What M(llmfleet.engines.engine_service_survey) returned.
+  returned: when the node was read
+  type: dict
+host:
+  description: The inventory host.
+  returned: when settled
+  type: str
+current:
+  description: The environment the units run.
+  returned: when settled
+  type: str
+mode:
+  description: Always V(steady).
+  returned: when settled
+  type: str
+rolled_back:
+  description: Always false.
+  returned: when settled
+  type: bool
+error:
+  description: Always null.
+  returned: when settled
+  type: str
+warnings:
+  description: Always empty.
+  returned: when settled
+  type: list
+  elements: str
+units:
+  description: The units of the node's models.
+  returned: when settled
+  type: list
+  elements: str
+removed:
+  description: Always empty.
+  returned: when settled
+  type: list
+  elements: str
+gates:
+  description: Each unit's steady gate (empty in check mode).
+  returned: when settled
+  type: list
+  elements: dict
+"""

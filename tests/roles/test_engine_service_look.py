@@ -1,0 +1,209 @@
+"""site.yml's look at a serving node (engine_service's look step, the engine_service_look action and the
+engine_service_survey module): a settled node is found in one task and summed up there, with its steady
+gate, and takes no further step of the role; every way a node can be other than settled makes the run take
+the role's full way, which puts it right. Each case below is an adversary of the look: were it to say
+"settled" for that node, the full way would not run and the assertion that follows would fail.
+
+The playbook is site.yml's own: its engine play's tasks less engine_node's (the node's engine is laid out
+by tests/roles/engines.py, and engine_node_result left as engine_node leaves it on a node it does not
+change), and its rollout play as it is. The weights come from the fake hub, systemd is the role tests' fake."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import time
+
+import yaml
+
+from tests.roles.conftest import REPO
+from tests.roles.test_engine_service_models import commit_of, hub_vars, pinned, snapshot_dir
+
+ENV = "0.11.2-cu129"
+ROLE = "llmfleet.engines.engine_service"
+LOOK = "Look whether this node's models are settled"
+# a task of the role's full way (main.yml, in the rollout play)
+FULL_WAY = "Find the units this role owns on the node"
+
+
+def site(tmp_path, node):
+    """site.yml's engine play (engine_service's steps, after what engine_node leaves on an unchanged
+    node) and its rollout play, as a playbook file."""
+    plays = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
+    rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
+    steps = [t for t in engine["tasks"]
+             if (t.get("ansible.builtin.include_role") or {}).get("name") == ROLE or "ansible.builtin.group_by" in t]
+    assert [(t.get("ansible.builtin.include_role") or {}).get("tasks_from") for t in steps] == \
+        ["look", "systemd", "stage", None], steps
+    facts = node._engine_node_facts(False, None, ENV)  # pylint: disable=protected-access
+    engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False,
+                   "tasks": [{"name": "Leave what engine_node leaves on a node it does not change",
+                              "ansible.builtin.set_fact": facts}] + steps}
+    path = pathlib.Path(tmp_path) / "site.yml"
+    path.write_text(json.dumps([engine_play, rollout], indent=1))
+    return str(path)
+
+
+def looked(run):
+    """The look's result on the node (the registered engine_service_result)."""
+    (task,) = [t for t in run.task(LOOK) if t["host"] == "node"]
+    return task["result"]
+
+
+def full_way(run):
+    return len([t for t in run.task(FULL_WAY) if t["host"] == "node" and t["status"] != "skipped"])
+
+
+def settled_run(node, playbook, models, extra):
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0, run.explain()
+    look = looked(run)
+    assert look["settled"] is True, (look.get("reasons"), run.explain())
+    assert full_way(run) == 0, run.explain()
+    return run, look
+
+
+def unsettled_run(node, playbook, models, extra, reason, rc=0):
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == rc, run.explain()
+    look = looked(run)
+    assert look["settled"] is False, look
+    assert any(reason in r for r in look["reasons"]), (reason, look["reasons"])
+    return run
+
+
+def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_full_way(node, upstream, tmp_path):
+    hub = upstream
+    node.make_env(*ENV.split("-"))
+    node.set_current(ENV)
+    models = pinned(node, "v1", api_key="key-of-the-look-test")
+    unit, commit = node.unit(models[0]), commit_of(hub, "v1")
+    extra = dict(hub_vars(hub, tmp_path), engine_service_steady_timeout=3, engine_service_lock_wait=0)
+    playbook = site(tmp_path, node)
+
+    # a fresh node: nothing is there, the full way serves it
+    run = unsettled_run(node, playbook, models, extra, "%s is not on the node" % unit)
+    assert full_way(run) == 1 and run.result["settled"] is False and run.result["units"] == [unit], run.explain()
+    pid = node.main_pid(unit)
+    record = node.root / "engines" / "vllm" / (unit + ".gate.json")
+    first_record = json.loads(record.read_text())
+
+    # settled: summed up by the look, the steady gate asked and recorded, nothing started or stopped
+    time.sleep(1.1)
+    run, look = settled_run(node, playbook, models, extra)
+    assert (look["mode"], look["current"], look["units"], look["error"]) == ("steady", ENV, [unit], None)
+    (gate,) = look["gates"]
+    assert (gate["unit"], gate["stage"], gate["ready"], gate["environment"]) == (unit, "steady", True, ENV)
+    # what the play's stats record is what the look returned (its warnings are Ansible's to show)
+    assert {k: v for k, v in run.result.items() if k != "warnings"} == \
+        {k: look[k] for k in run.result if k != "warnings"}, (run.result, look)
+    assert run.result["warnings"] == []
+    assert run.result["settled"] is True
+    assert run.verbs("start", "stop", "restart", "daemon-reload") == [], run.calls
+    assert node.main_pid(unit) == pid
+    now_record = json.loads(record.read_text())
+    assert now_record["stage"] == "steady" and now_record["at"] != first_record["at"], (first_record, now_record)
+    assert "key-of-the-look-test" not in json.dumps(look) and "key-of-the-look-test" not in run.output
+    assert stat_mode(record) == (0, 0o644)
+    assert run.changed.get("node", 0) == 0, run.changed
+
+    # the unit file edited by hand: the full way writes it back and restarts the unit
+    text = (node.unit_dir / unit).read_text()
+    (node.unit_dir / unit).write_text(text + "# edited by hand\n")
+    run = unsettled_run(node, playbook, models, extra, "%s differs from what the role renders" % unit)
+    assert full_way(run) == 1 and (node.unit_dir / unit).read_text() == text, run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # the unit file replaced by a link to a file of the same text: systemd reads the same unit, and
+    # the full way (slurp) would find nothing to change either: settled
+    copy = node.base / "elsewhere.service"
+    copy.write_text(text)
+    (node.unit_dir / unit).unlink()
+    (node.unit_dir / unit).symlink_to(copy)
+    settled_run(node, playbook, models, extra)
+    # the file it links to edited: the full way writes the unit again (through the link, as copy does)
+    copy.write_text(text + "# edited by hand\n")
+    run = unsettled_run(node, playbook, models, extra, "%s differs from what the role renders" % unit)
+    assert (node.unit_dir / unit).read_text() == text, run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # the secret file changed: the full way writes it back
+    secret = node.secrets_dir / (unit + ".env")
+    kept = secret.read_text()
+    secret.write_text(kept.replace("key-of-the-look-test", "another-key"))
+    run = unsettled_run(node, playbook, models, extra, "the secret file of %s differs" % unit)
+    assert secret.read_text() == kept, run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # the unit stopped: the full way starts it
+    node.systemctl("stop", unit)
+    run = unsettled_run(node, playbook, models, extra, "the unit is inactive")
+    assert node.show(unit, "ActiveState")["ActiveState"] == "active" and run.verbs("start", unit=unit), run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # a unit of the role that no model lists: the full way removes it
+    orphan = "llmfleet-vllm-gone%s.service" % node.tag
+    (node.unit_dir / orphan).write_text(text)
+    run = unsettled_run(node, playbook, models, extra, "units no model lists any more: %s" % orphan)
+    assert not (node.unit_dir / orphan).exists(), run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # a weights file gone from the snapshot: the full way fetches it again
+    weights = snapshot_dir(node, commit) / "config.json"
+    weights.unlink()
+    run = unsettled_run(node, playbook, models, extra, "is not complete in")
+    assert weights.exists(), run.explain()
+    settled_run(node, playbook, models, extra)
+
+    # a rollout holds the node's lock: the full way waits for it (here not at all: the staging step
+    # fails the node, naming the lock) and stops nothing
+    lock = node.root / "engines" / "vllm" / ".engine_service.lock"
+    pid = node.main_pid(unit)
+    lock.mkdir()
+    try:
+        run = unsettled_run(node, playbook, models, extra, "a rollout holds this node's lock", rc=2)
+        assert "another run is rolling out on this node" in run.output, run.explain()
+        assert run.verbs("stop", "restart") == [] and node.main_pid(unit) == pid, run.explain()
+    finally:
+        lock.rmdir()
+    settled_run(node, playbook, models, extra)
+
+    # the engine stops answering (its process stopped): the gate fails, the full way gates again and
+    # fails the node, and nothing is recorded as ready
+    pid = node.main_pid(unit)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        run = unsettled_run(node, playbook, models, extra, "not ready", rc=2)
+        assert full_way(run) == 1, run.explain()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    settled_run(node, playbook, models, extra)
+
+
+def test_check_mode_looks_without_a_gate_or_a_record(node, upstream, tmp_path):
+    hub = upstream
+    node.make_env(*ENV.split("-"))
+    node.set_current(ENV)
+    models = pinned(node, "v1")
+    unit = node.unit(models[0])
+    extra = hub_vars(hub, tmp_path)
+    playbook = site(tmp_path, node)
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0, run.explain()
+    record = node.root / "engines" / "vllm" / (unit + ".gate.json")
+    before = record.read_text()
+
+    run = node.play(models, extra_vars=extra, playbook=playbook, check=True)
+    assert run.rc == 0, run.explain()
+    look = looked(run)
+    assert look["settled"] is True and look["gates"] == [], look
+    assert record.read_text() == before
+    assert full_way(run) == 0, run.explain()
+
+
+def stat_mode(path):
+    st = path.stat()
+    return st.st_uid, st.st_mode & 0o777

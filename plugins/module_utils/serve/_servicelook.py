@@ -41,6 +41,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
+    LOCK_NAME,
     repo_prune_plan,
     unlisted_repos,
 )
@@ -94,12 +95,31 @@ def parse_show_blocks(text):
     return out
 
 
+def _only_empty_trees(repo_dir):
+    """Whether ``repo_dir`` holds nothing but its lock file and ``refs``, ``snapshots`` and ``blobs``
+    trees of empty directories: what ``remove_empty_repo`` removes."""
+    for name in os.listdir(repo_dir):
+        if name == LOCK_NAME:
+            continue
+        path = os.path.join(repo_dir, name)
+        if name not in ("refs", "snapshots", "blobs") or os.path.islink(path) or not os.path.isdir(path):
+            return False
+        for _top, dirs, files in os.walk(path):
+            if files or any(os.path.islink(os.path.join(_top, d)) for d in dirs):
+                return False
+    return True
+
+
 def _unlisted_prune_pending(cache_dir, repos, in_use):
-    """The unlisted repos (models the node no longer pins) the prune would change, sorted."""
+    """The unlisted repos (models the node no longer pins) that model_prune would change, sorted: it
+    removes what the plan names, and a repo left with nothing kept and nothing it does not know."""
     out = []
     for name in unlisted_repos(cache_dir, repos):
-        plan = repo_prune_plan(os.path.join(cache_dir, name), set(in_use), 0, set())
-        if plan["snapshots"] or plan["blobs"] or plan["partials"] or plan["refs"] or not plan["kept"]:
+        repo_dir = os.path.join(cache_dir, name)
+        plan = repo_prune_plan(repo_dir, set(in_use), 0, set())
+        if plan["snapshots"] or plan["blobs"] or plan["partials"] or plan["refs"]:
+            out.append(name)
+        elif not plan["kept"] and not plan["unknown"] and _only_empty_trees(repo_dir):
             out.append(name)
     return out
 

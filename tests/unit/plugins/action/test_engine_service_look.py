@@ -1,0 +1,290 @@
+"""engine_service_look: the look at a serving node in one task. The action works out the survey's arguments with
+the role's own filters (each unit's secret file by digest only, the commits in use, whether /dev/shm matters, the
+release the environment runs), runs engine_service_survey (here a stand-in answer: the module's logic has its own
+tests, test_servicelook.py), checks the models' placement on the node's GPUs, and sums up a settled node: its
+result, the play's stats and the readiness line. No secret reaches the module's arguments but a model's API key
+for its gate, and none reaches the result."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from unittest import mock
+
+import pytest
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils import _internal
+
+_before = _internal.is_controller
+try:
+    from ansible.playbook.play_context import PlayContext
+    from ansible.playbook.task import Task
+    from ansible.template import Templar
+    from ansible.parsing.dataloader import DataLoader
+
+    from ansible_collections.llmfleet.engines.plugins.action import engine_service_look
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
+        engine_service_secret_file,
+        engine_service_units,
+    )
+finally:
+    _internal.is_controller = _before
+
+ENV = "0.20.0-cu13"
+ROOT = "/opt/llmfleet"
+COMMIT = "a" * 40
+OTHER = "c" * 40
+OLD = "0" * 40
+GLOBAL_KEY = "sk-global-secret-key-1"
+CHAT_KEY = "sk-chat-own-secret-key-2"
+HF_TOKEN = "hf_unitTestSecretToken345"
+WANDB = "wandb-secret-value-678"
+SECRETS = (GLOBAL_KEY, CHAT_KEY, HF_TOKEN, WANDB)
+
+
+def lock_of(repo, commit, revision="main"):
+    return {"format": 1, "repo": repo, "revision": revision, "commit": commit, "size": 3,
+            "files": [{"path": "config.json", "size": 3, "sha256": "e" * 64}]}
+
+
+LOCKS = {"org/chat@main": lock_of("org/chat", COMMIT), "org/code@v1": lock_of("org/code", OTHER, "v1")}
+MODELS = [
+    {"name": "chat", "model": "org/chat", "revision": "main", "port": 8000, "api_key": CHAT_KEY},
+    {"name": "code", "model": "org/code", "revision": "v1", "port": 8001},
+    {"name": "embed", "model": "/srv/models/embed", "port": 8002},
+]
+NODE_GPUS = [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+              "memory_mib": 81559}]
+
+
+def role_args(models=None, locks=None, **over):
+    """The action's arguments as look.yml gives them, the units rendered by the role's own filter."""
+    models = MODELS if models is None else models
+    locks = LOCKS if locks is None else locks
+    units = over.pop("units") if "units" in over else None
+    if units is None:
+        units = engine_service_units(models, ROOT, ENV, locks=locks, api_key=True)
+    args = {
+        "environment": ENV, "models": models, "units": units,
+        "pins": engine_service_model_pins(models), "locks": locks,
+        "api_key": GLOBAL_KEY, "hf_token": HF_TOKEN, "secret_environment": {"WANDB_API_KEY": WANDB},
+        "unit_dir": "/etc/systemd/system", "unit_prefix": "llmfleet-vllm-",
+        "lock": ROOT + "/engines/vllm/.engine_service.lock", "record_dir": ROOT + "/engines/vllm",
+        "user": "llmfleet-vllm", "cache_dir": ROOT + "/models", "keep": 2, "steady_timeout": 120,
+        "shm_min_mib": 1024, "limit_nofile": 65536,
+    }
+    args.update(over)
+    return args
+
+
+def gate(unit, ready_s=0.2, completion_ms=12.0):
+    return {"unit": unit, "environment": ENV, "stage": "steady", "ready": True, "ready_s": ready_s,
+            "health_s": 0.01, "completion_ms": completion_ms, "tries": 1}
+
+
+def settled_survey(units, **over):
+    answer = {"settled": True, "reasons": [], "states": {u: {"active": "active", "sub": "running"} for u in units},
+              "gates": [gate(u) for u in units], "orphans": [], "shm_mib": None, "recorded": list(units)}
+    answer.update(over)
+    return answer
+
+
+def _run(args, answer, host="n1", check_mode=False):
+    task = Task()
+    task.args = args
+    task.action = "llmfleet.engines.engine_service_look"
+    context = PlayContext()
+    context.check_mode = check_mode
+    action = engine_service_look.ActionModule(task, mock.Mock(), context, DataLoader(), Templar(loader=DataLoader()),
+                                              None)
+    calls = []
+
+    def execute(module_name, module_args, task_vars):
+        del task_vars
+        calls.append((module_name, module_args))
+        # a module's result repeats its arguments (api_key masked by no_log there); the action drops them
+        return dict(answer, invocation={"module_args": module_args})
+
+    action._execute_module = execute
+    return action.run(task_vars={"inventory_hostname": host}), calls
+
+
+def unit_names(args):
+    return [u["unit"] for u in args["units"]]
+
+
+# -- the survey's arguments ----------------------------------------------------------------------
+
+def test_each_unit_is_sent_with_the_digest_of_its_secret_file_and_no_secret_but_its_gates_key():
+    args = role_args()
+    out = engine_service_look.survey_args(args)
+    by_name = {m["name"]: m for m in MODELS}
+    for unit in out["units"]:
+        text = engine_service_secret_file(by_name[unit["name"]], GLOBAL_KEY, HF_TOKEN, {"WANDB_API_KEY": WANDB})
+        assert unit["secret_sha256"] == hashlib.sha256(text.encode("utf-8")).hexdigest()
+        assert sorted(unit) == ["api_key", "environment_file", "name", "secret_sha256", "text", "unit", "url"]
+    rendered = {u["unit"]: u for u in args["units"]}
+    assert [(u["unit"], u["name"], u["text"], u["url"], u["environment_file"]) for u in out["units"]] == [
+        (u, rendered[u]["name"], rendered[u]["text"], rendered[u]["url"], rendered[u]["environment_file"])
+        for u in unit_names(args)]
+    # the model's own key, else the role's, each only for its own gate
+    assert [u["api_key"] for u in out["units"]] == [CHAT_KEY, GLOBAL_KEY, GLOBAL_KEY]
+    text = json.dumps([dict(u, api_key=None) for u in out["units"]]) + json.dumps(
+        {k: v for k, v in out.items() if k != "units"})
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_no_key_at_all_sends_none():
+    models = [{"name": "chat", "model": "org/chat", "revision": "main", "port": 8000}]
+    out = engine_service_look.survey_args(role_args(models=models, api_key="", hf_token=""))
+    assert out["units"][0]["api_key"] is None
+
+
+def test_a_digest_follows_what_the_role_would_write():
+    plain = engine_service_look.survey_args(role_args())
+    rotated = engine_service_look.survey_args(role_args(api_key="sk-rotated-key"))
+    assert [u["secret_sha256"] for u in plain["units"]][0] == [u["secret_sha256"] for u in rotated["units"]][0]
+    assert [u["secret_sha256"] for u in plain["units"]][1:] != [u["secret_sha256"] for u in rotated["units"]][1:]
+    # the pinned model gets no HF_TOKEN (served offline), the one given as a path does
+    no_token = engine_service_look.survey_args(role_args(hf_token=""))
+    assert no_token["units"][1]["secret_sha256"] == plain["units"][1]["secret_sha256"]
+    assert no_token["units"][2]["secret_sha256"] != plain["units"][2]["secret_sha256"]
+
+
+@pytest.mark.parametrize("environment, version", [("0.20.0-cu13", "0.20.0"), ("0.20.0-cpu", "0.20.0"),
+                                                  ("0.11.1rc2-cu129", "0.11.1rc2"), ("0.20.0", "0.20.0")])
+def test_the_version_is_the_environments_release(environment, version):
+    out = engine_service_look.survey_args(dict(role_args(), environment=environment))
+    assert out["environment"] == environment and out["version"] == version
+
+
+@pytest.mark.parametrize("args, need", [([], False), (["--tensor-parallel-size", "2"], True),
+                                        (["--tensor-parallel-size=2"], True), (["-tp", "1"], False),
+                                        (["--pipeline-parallel-size", "2"], True)])
+def test_shm_is_needed_for_a_model_on_several_gpus(args, need):
+    models = [dict(MODELS[0]), dict(MODELS[2], args=args)]
+    assert engine_service_look.survey_args(role_args(models=models))["need_shm"] is need
+
+
+def test_the_models_given_as_paths_are_checked():
+    out = engine_service_look.survey_args(role_args())
+    assert out["model_paths"] == [{"name": "embed", "path": "/srv/models/embed"}]
+
+
+def test_in_use_are_the_pinned_commits_and_those_the_units_serve_sorted_once():
+    args = role_args()
+    assert [u["commit"] for u in args["units"]] == [COMMIT, OTHER, None]
+    out = engine_service_look.survey_args(args)
+    assert out["in_use"] == [COMMIT, OTHER]
+    assert out["snapshots"] == [{"lock": LOCKS["org/chat@main"]}, {"lock": LOCKS["org/code@v1"]}]
+    assert out["cache_dir"] == ROOT + "/models"
+    # a unit's commit that no pin gives (rendered from another lock) is in use too, sorted in
+    args["units"][1] = dict(args["units"][1], commit=OLD)
+    assert engine_service_look.survey_args(args)["in_use"] == [OLD, COMMIT, OTHER]
+
+
+def test_without_pins_there_is_no_cache_to_look_at():
+    models = [MODELS[2]]
+    out = engine_service_look.survey_args(role_args(models=models, locks={}))
+    assert out["snapshots"] == [] and out["in_use"] == [] and "cache_dir" not in out
+
+
+def test_the_other_arguments_are_the_roles():
+    out = engine_service_look.survey_args(role_args(keep=3, steady_timeout="60"))
+    assert {k: out[k] for k in ("unit_dir", "unit_prefix", "lock", "record_dir", "user", "keep", "steady_timeout")} == {
+        "unit_dir": "/etc/systemd/system", "unit_prefix": "llmfleet-vllm-",
+        "lock": ROOT + "/engines/vllm/.engine_service.lock", "record_dir": ROOT + "/engines/vllm",
+        "user": "llmfleet-vllm", "keep": 3, "steady_timeout": 60}
+
+
+# -- the action ------------------------------------------------------------------------------------
+
+def test_a_settled_node_is_one_module_call_and_summed_up():
+    args = role_args()
+    units = unit_names(args)
+    res, calls = _run(args, settled_survey(units, shm_mib=None))
+    assert [name for name, _args in calls] == ["llmfleet.engines.engine_service_survey"]
+    assert calls[0][1] == engine_service_look.survey_args(args)
+    assert res["settled"] is True and res["reasons"] == [] and res["changed"] is False and not res.get("failed")
+    assert (res["host"], res["current"], res["mode"]) == ("n1", ENV, "steady")
+    assert res["rolled_back"] is False and res["error"] is None
+    assert res["units"] == units and res["removed"] == [] and res["warnings"] == []
+    assert res["gates"] == [gate(u) for u in units]
+    summed = {k: res[k] for k in ("host", "current", "mode", "rolled_back", "error", "warnings", "units", "removed",
+                                  "gates", "settled")}
+    assert res["ansible_stats"] == {"data": {"engine_service": {"n1": summed}}, "per_host": False, "aggregate": True}
+    assert res["msg"] == engine_service_readiness(res["gates"], "n1")
+    assert res["msg"].startswith("n1 readiness: llmfleet-vllm-chat.service (0.20.0-cu13, steady) ready, 0.2 s")
+    assert res["_ansible_verbose_always"] is True
+    assert "invocation" not in res["survey"] and "changed" not in res["survey"]
+    text = json.dumps(res)
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_a_settled_node_in_check_mode_says_no_gate_was_asked():
+    args = role_args()
+    units = unit_names(args)
+    res, _calls = _run(args, settled_survey(units, gates=[], recorded=[]), check_mode=True)
+    assert res["settled"] is True and res["gates"] == []
+    assert res["msg"] == "n1: settled, serving %s (check mode: no gate asked)" % ", ".join(units)
+
+
+def test_a_node_that_is_not_settled_takes_the_full_way_with_the_reasons():
+    args = role_args()
+    reasons = ["llmfleet-vllm-chat.service differs from what the role renders"]
+    res, _calls = _run(args, {"settled": False, "reasons": reasons, "states": {}, "gates": [], "orphans": [],
+                              "shm_mib": None, "recorded": [], "warnings": ["a warning"]})
+    assert res["settled"] is False and res["reasons"] == reasons and not res.get("failed")
+    assert res["msg"] == "n1: takes the full way of engine_service (%s)" % reasons[0]
+    assert "ansible_stats" not in res and "mode" not in res and "_ansible_verbose_always" not in res
+    assert res["warnings"] == ["a warning"] and res["changed"] is False
+    text = json.dumps(res)
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_a_settled_survey_of_models_that_do_not_fit_the_gpus_is_not_settled():
+    models = [{"name": "chat", "model": "/srv/models/chat", "port": 8000, "gpus": [5]}]
+    units = [{"unit": "llmfleet-vllm-chat.service", "name": "chat", "text": "[Unit]\n", "url": "http://127.0.0.1:8000",
+              "environment_file": "/etc/llmfleet/engine_service/llmfleet-vllm-chat.service.env", "commit": None}]
+    args = role_args(models=models, locks={}, units=units, pins=[], gpus=NODE_GPUS)
+    res, _calls = _run(args, settled_survey(["llmfleet-vllm-chat.service"]))
+    assert res["settled"] is False and len(res["reasons"]) == 1 and "ansible_stats" not in res
+    assert res["reasons"][0].startswith("variable engine_service_models[0].gpus names 5, which this node does not"
+                                        " have; allowed: this node's GPUs are 0 GPU-11111111")
+    assert res["msg"] == "n1: takes the full way of engine_service (%s)" % res["reasons"][0]
+    # on a GPU the node has, the same survey is settled
+    fits = role_args(models=[dict(models[0], gpus=[0])], locks={}, units=units, pins=[], gpus=NODE_GPUS)
+    res, _calls = _run(fits, settled_survey(["llmfleet-vllm-chat.service"]))
+    assert res["settled"] is True and res["reasons"] == []
+
+
+def test_a_small_shm_for_a_model_on_several_gpus_is_not_settled():
+    models = [dict(MODELS[2], args=["--tensor-parallel-size", "2"])]
+    args = role_args(models=models, locks={})
+    units = unit_names(args)
+    res, calls = _run(args, settled_survey(units, shm_mib=64))
+    assert calls[0][1]["need_shm"] is True
+    assert res["settled"] is False and len(res["reasons"]) == 1
+    assert res["reasons"][0].startswith("/dev/shm has 64 MiB and ")
+    res, _calls = _run(args, settled_survey(units, shm_mib=8192))
+    assert res["settled"] is True
+
+
+def test_a_failed_module_fails_the_host_naming_it():
+    res, _calls = _run(role_args(), {"failed": True, "msg": "cache_dir is required with snapshots"}, host="gpu-7")
+    assert res["failed"] is True
+    assert res["msg"] == "host gpu-7: reading the node's services failed: cache_dir is required with snapshots"
+    assert "settled" not in res and "ansible_stats" not in res
+    res, _calls = _run(role_args(), {"failed": True}, host="gpu-7")
+    assert res["failed"] is True and res["msg"].endswith("failed: no message")
+
+
+def test_an_unknown_argument_is_refused():
+    with pytest.raises(AnsibleActionFail, match="Invalid options .*: colour"):
+        _run(dict(role_args(), colour="blue"), settled_survey([]))

@@ -20,17 +20,19 @@ description:
   - Each unit file holds its O(units[].text) (read as systemd reads it, through a link). Each unit's secret
     file (O(units[].environment_file), missing counting as empty) has the SHA-256 O(units[].secret_sha256).
     No secret is sent or returned.
-  - C(systemctl show) answers for the units, and each is C(active).
   - Each model in O(model_paths) exists and O(user) may read it (C(runuser -u <user> -- test -r)).
   - Each snapshot in O(snapshots) is complete in O(cache_dir) (sizes checked, as M(llmfleet.engines.model_snapshot)
     checks by default), with nothing to prune beyond O(keep) and O(in_use), and no model that
     O(snapshots) does not list has anything to prune there (as M(llmfleet.engines.model_prune)).
-  - Each unit passes the steady readiness gate (as M(llmfleet.engines.engine_ready) with
-    O(llmfleet.engines.engine_ready#module:deadline_from=call)): a window of O(steady_timeout) seconds from this call.
-    In check mode no gate is asked.
-  - When settled, and not in check mode, each unit's gate is recorded in
-    C(<record_dir>/<unit>.gate.json) (root's, mode 0644, replaced atomically): a record of the run, not
-    a change (RV(changed) is always false).
+  - >-
+    Each unit passes the steady readiness gate (as M(llmfleet.engines.engine_ready) with
+    O(llmfleet.engines.engine_ready#module:deadline_from=call)), within a window of O(steady_timeout)
+    seconds from this call, and is then C(active). In check mode no gate is asked, and the units'
+    states are read with one C(systemctl show).
+  - >-
+    When settled, and not in check mode, each unit's gate is recorded in
+    C(<record_dir>/<unit>.gate.json) (root's, mode 0644, replaced atomically), a record of the run, not
+    a change (the result is never changed).
 author:
   - llmfleet maintainers (@llmfleet)
 options:

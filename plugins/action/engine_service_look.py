@@ -107,9 +107,10 @@ class ActionModule(ActionBase):
                 models, args.get("gpus"), locks=args.get("locks") or {},
                 shm_mib=survey.get("shm_mib") if need_shm else None,
                 shm_min_mib=int(args.get("shm_min_mib") or 1024), limit_nofile=args.get("limit_nofile"))
-        result["survey"] = survey
         result["changed"] = False
         if reasons:
+            # what the node answered, for -v (a settled node's result stays what the role's last step sums up)
+            result["survey"] = survey
             result["settled"] = False
             result["reasons"] = reasons
             result["msg"] = "%s: takes the full way of engine_service (%s)" % (host, "; ".join(reasons))

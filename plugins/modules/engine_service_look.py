@@ -115,7 +115,7 @@ attributes:
     support: full
     description: An action plugin; it runs on the controller and calls M(llmfleet.engines.engine_service_survey) on the node.
 notes:
-  - Never returns a secret; RV(survey) is the module's result.
+  - Never returns a secret.
 seealso:
   - module: llmfleet.engines.engine_service_survey
   - module: llmfleet.engines.engine_ready
@@ -148,7 +148,7 @@ reasons:
   elements: str
 survey:
   description: What M(llmfleet.engines.engine_service_survey) returned.
-  returned: when the node was read
+  returned: when the node was read and is not settled
   type: dict
 host:
   description: The inventory host.

@@ -20,6 +20,7 @@ import binascii
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import _field
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve._ready import gate_record
 
 
 def _text(read):
@@ -68,9 +69,7 @@ def engine_service_gate_figures(results, env_name, stage="start"):
         if not isinstance(item, dict) or item.get("skipped"):
             continue
         unit = (item.get("item") or {}).get("unit") if isinstance(item.get("item"), dict) else item.get("item")
-        out.append({"unit": unit, "environment": env_name, "stage": stage, "ready": bool(item.get("ready")),
-                    "ready_s": item.get("since_start_s"), "health_s": item.get("health_s"),
-                    "completion_ms": item.get("completion_ms"), "tries": item.get("attempts", 1)})
+        out.append(gate_record(unit, env_name, stage, item))
     return out
 
 

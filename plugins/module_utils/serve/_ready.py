@@ -79,6 +79,14 @@ def version_is(answered, wanted):
     return answered == wanted or ("+" not in wanted and answered.split("+", 1)[0] == wanted)
 
 
+def gate_record(unit, env_name, stage, result):
+    """The figures of one unit's readiness gate (a ``Gate.run`` result, or the engine_ready module's),
+    as the role records them: unit, environment, stage, ready, ready_s, health_s, completion_ms, tries."""
+    return {"unit": unit, "environment": env_name, "stage": stage, "ready": bool(result.get("ready")),
+            "ready_s": result.get("since_start_s"), "health_s": result.get("health_s"),
+            "completion_ms": result.get("completion_ms"), "tries": result.get("attempts", 1)}
+
+
 def parse_show(text):
     """``systemctl show`` output (``Key=Value`` lines) as a dict; the timestamps and NRestarts
     as ints (None where systemd gives no number)."""

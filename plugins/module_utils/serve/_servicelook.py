@@ -34,10 +34,10 @@ import json
 import os
 import re
 import stat
-import tempfile
 import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
@@ -82,14 +82,10 @@ def _read_text(path):
 
 def parse_show_blocks(text):
     """``{Id: {property: value}}`` from ``systemctl show -p ... unit...`` (one block per unit,
-    separated by blank lines)."""
+    separated by blank lines, each read as ``_ready.parse_show`` reads one)."""
     out = {}
     for block in re.split(r"\n\s*\n", text or ""):
-        props = {}
-        for line in block.splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                props[key.strip()] = value.strip()
+        props = _ready.parse_show(block)
         if props.get("Id"):
             out[props["Id"]] = props
     return out
@@ -125,29 +121,16 @@ def _unlisted_prune_pending(cache_dir, repos, in_use):
 
 
 def gate_figure(unit, env_name, result):
-    """One gate record, in the shape of the role's (engine_service_gate_figures)."""
-    return {"unit": unit, "environment": env_name, "stage": "steady", "ready": bool(result.get("ready")),
-            "ready_s": result.get("since_start_s"), "health_s": result.get("health_s"),
-            "completion_ms": result.get("completion_ms"), "tries": result.get("attempts", 1)}
+    """One gate record of the steady gate, in the role's shape (``_ready.gate_record``)."""
+    return _ready.gate_record(unit, env_name, "steady", result)
 
 
 def write_record(directory, unit, figure, now=None):
-    """``<directory>/<unit>.gate.json``, root's, 0644, replaced atomically (a link there is replaced,
-    never followed)."""
+    """``<directory>/<unit>.gate.json``, root's, 0644, replaced atomically (``write_atomic``: a link
+    there is replaced, never followed)."""
     record = dict(figure, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
-    data = (json.dumps(record, indent=4, sort_keys=True) + "\n").encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=".%s.gate." % unit, dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(directory, "%s.gate.json" % unit))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.path.join(directory, "%s.gate.json" % unit),
+                 (json.dumps(record, indent=4, sort_keys=True) + "\n").encode("utf-8"), 0o644)
 
 
 class Look:

@@ -305,3 +305,30 @@ def test_models_page_is_well_formed(models_smoke):
     assert "| %s | through the mirror | %s of %s |" % (MODEL_NODES, MODEL_NODES, MODEL_NODES) in text
     check_page(text, models_smoke["work"])
     assert not (models_smoke["work"] / "scratch" / "models").exists()
+
+
+def test_the_sharded_weights_bench_runs_every_side_and_checks_the_mirror(tmp_path):
+    """Benchmark 8 (bench/weights.py) with 3 shards of 1 MiB, one run of each side: every side reports
+    figures, the mirror's cold sides came from the origin (a MISS per file) and its warm sides from its
+    cache (a HIT per file), as the mirror's own log says."""
+    out = tmp_path / "weights.json"
+    cmd = [sys.executable, "-m", "bench.weights", "--shards", "3", "--shard-mib", "1", "--parallel", "1", "2",
+           "--reps", "1", "--work", str(tmp_path / "origin"), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-10000:]
+    data = json.loads(out.read_text())
+    sides = data["sides"]
+    expected = {"model_snapshot p1", "model_snapshot p2", "curl, 2 at once", "curl, 2 at once, then sync of the files",
+                "hf_warm p2, cold mirror", "curl, 2 at once, through the cold mirror",
+                "model_snapshot p1, from the warm mirror", "model_snapshot p2, from the warm mirror",
+                "curl, 2 at once, through the warm mirror"}
+    assert expected <= set(sides), sorted(sides)
+    for name, side in sides.items():
+        check_side(side)
+        assert side["over_raw"] > 0, name
+    for name in expected:
+        if "cold mirror" in name:
+            assert sides[name]["cache"] == [{"MISS": 3}], (name, sides[name])
+        elif "warm mirror" in name:
+            assert sides[name]["cache"] == [{"HIT": 3}], (name, sides[name])
+    assert "| hf_warm p2, cold mirror | 1 |" in proc.stdout

@@ -56,7 +56,7 @@ options:
       - How many files are fetched through the mirror at once (each by its own thread, which hashes
         the bytes as they arrive), 1 to 32.
     type: int
-    default: 4
+    default: 8
 notes:
   - Files are hashed as they arrive and thrown away; memory use does not grow with their size.
   - Redirects are followed only to C(http) and C(https) URLs, at most 10; a mirror that redirects a file

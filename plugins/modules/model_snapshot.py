@@ -122,7 +122,7 @@ options:
       - The progress file's C(bytes_done) sums them; memory use is about 1 MiB per download whatever the
         file sizes.
     type: int
-    default: 4
+    default: 8
 notes:
   - Large files are written to disk as they arrive; memory use does not grow with their size.
   - The real C(huggingface_hub) also reads a snapshot written by it (for example by C(snapshot_download));

@@ -34,7 +34,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._http impo
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import CHUNK_SIZE, CacheError, Digest
 
 #: Files downloaded at once by default (model_snapshot, hf_warm), and the most allowed.
-DEFAULT_PARALLEL = 4
+DEFAULT_PARALLEL = 8
 MAX_PARALLEL = 32
 
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")

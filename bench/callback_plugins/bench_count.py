@@ -59,9 +59,13 @@ class CallbackModule(CallbackBase):
 
     def _task_start(self, task):
         now = time.monotonic()
+        # the linear strategy starts a meta task (end_host, ...) once per host: one task all the same
+        if self.current is not None and self.current["_uuid"] == task._uuid:  # pylint: disable=protected-access
+            return
         if self.current is not None:
             self.current["seconds"] = round(now - self.current["_t0"], 4)
         self.current = {"name": task.get_name(), "action": short_action(task.action), "_t0": now,
+                        "_uuid": task._uuid,  # pylint: disable=protected-access
                         "seconds": None, "results": 0, "skipped": 0, "module_calls": 0,
                         "delegated": bool(task.delegate_to)}
         self.tasks.append(self.current)
@@ -129,6 +133,7 @@ class CallbackModule(CallbackBase):
             self.current["seconds"] = round(now - self.current["_t0"], 4)
         for task in self.tasks:
             task.pop("_t0", None)
+            task.pop("_uuid", None)
         path = os.environ.get("BENCH_COUNT_OUT")
         if not path:
             return

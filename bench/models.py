@@ -92,7 +92,7 @@ KINDS = ("api", "resolve", "resolve_cache", "cdn")
 # The collection's code, imported as Ansible imports it.
 
 
-class _Collection:
+class Collection:
     """The module_utils and the filter this benchmark runs (imported once)."""
 
     def __init__(self):
@@ -108,14 +108,14 @@ class _Collection:
             _fetch, _snapshot, _hfhub, _http, _pathlock, hub_mirror)
 
 
-def resolve_lock(c: _Collection, endpoint: str) -> dict:
+def resolve_lock(c: Collection, endpoint: str) -> dict:
     """The model's lock, as hf_revision resolves it (default selection of files)."""
     client = c.http.HttpClient(**HTTP)
     info = c.hfhub.fetch_model_info(client, endpoint, BENCH_MODEL, REVISION)
     return c.hfhub.build_lock(BENCH_MODEL, REVISION, info, c.hfhub.select_files(info["siblings"]), endpoint=endpoint)
 
 
-def warm(c: _Collection, lock: dict, endpoint: str) -> list:
+def warm(c: Collection, lock: dict, endpoint: str) -> list:
     """hf_warm's loop: every file of the lock through the mirror, hashed and thrown away, checked.
     Returns the mirror's X-Cache-Status of each file."""
     fetcher = c.fetch.Fetcher(**HTTP)
@@ -131,7 +131,7 @@ def warm(c: _Collection, lock: dict, endpoint: str) -> list:
     return statuses
 
 
-def stage(c: _Collection, lock: dict, cache_dir: pathlib.Path, endpoint: str) -> dict:
+def stage(c: Collection, lock: dict, cache_dir: pathlib.Path, endpoint: str) -> dict:
     """model_snapshot's path (its main() and _apply(), default options): survey; nothing to do and no
     request when complete; else under its lock file, download each missing blob (checked, renamed),
     link, write the ref. Returns what it did and whether the snapshot is complete afterwards."""
@@ -375,51 +375,69 @@ def free_port() -> int:
 
 
 class Mirror:
-    """nginx with ``engine_cache_hub_mirror_conf`` before the fake hub, in a fresh temporary directory
-    of the system's (the workers, ``nobody``, must cross every directory above their cache: pytest's
-    are root's alone), removed by ``stop()``."""
+    """nginx with ``engine_cache_hub_mirror_conf`` before a hub (``hub_url``, its CDN ``cdn_url``), pinned to
+    ``model`` at ``revision``, in a fresh temporary directory under ``tmp_dir`` (default the system's: the
+    workers, ``nobody``, must cross every directory above their cache, and pytest's are root's alone),
+    removed by ``stop()``. ``umask``: nginx's (-1: this process's). Also used by bench/weights.py."""
 
-    def __init__(self, c: _Collection, hub_url: str, cdn_url: str):
+    def __init__(self, c: Collection, hub_url: str, cdn_url: str, model: str = BENCH_MODEL, revision: str = REVISION,
+                 token: str = "", tmp_dir: str | None = None, umask: int = -1):
         self.c = c
         self.root = None
         self.hub_url = hub_url
         self.cdn_url = cdn_url
+        self.model = model
+        self.revision = revision
+        self.token = token
+        self.tmp_dir = tmp_dir
+        self.umask = umask
         self.dir = None
         self.proc = None
         self.url = None
         self.params = None
+        self.argv = None
         self.command = None
         self.log_offset = 0
 
     def start(self) -> "Mirror":
         if not os.access(NGINX, os.X_OK):
             raise RuntimeError("nginx is not installed (%s): apt-get install nginx-light" % NGINX)
-        self.root = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-bench-hub-mirror-"))
-        self.root.chmod(0o755)  # the workers cross it to their cache
-        self.dir = self.root / "mirror"
-        for sub, mode in (("", 0o755), ("cache", 0o700), ("tmp", 0o755), ("log", 0o755), ("run", 0o755)):
-            (self.dir / sub).mkdir(mode=mode, exist_ok=True)
-        token_file = self.root / "hub-mirror-token.conf"
-        token_file.write_text(self.c.hub_mirror.engine_cache_hub_mirror_token_conf(""))
-        token_file.chmod(0o600)
-        port = free_port()
-        self.url = "http://127.0.0.1:%d" % port
-        self.params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": self.hub_url,
-                       "listen": "127.0.0.1", "port": port, "resolver": ["127.0.0.1"],
-                       # the mirror serves only the fleet: this machine, the bench model's pin, the hub's CDN
-                       "clients": ["127.0.0.1"], "models": [{"model": BENCH_MODEL, "revision": REVISION}],
-                       "cdn": [self.cdn_url]}
-        if os.geteuid() == 0:
-            worker = pwd.getpwnam(WORKER)
-            os.chown(self.dir / "cache", worker.pw_uid, worker.pw_gid)
-            import grp  # pylint: disable=import-outside-toplevel
-            self.params.update(user=WORKER, group=grp.getgrgid(worker.pw_gid).gr_name)
-        conf = self.root / "hub-mirror.conf"
-        conf.write_text(self.c.hub_mirror.engine_cache_hub_mirror_conf(self.params))
-        argv = [NGINX, "-p", str(self.root), "-c", str(conf), "-g", "daemon off;"]
-        self.command = shell_line(argv).replace(str(self.root), "$MIRROR")
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-bench-hub-mirror-", dir=self.tmp_dir))
+        try:
+            self.root.chmod(0o755)  # the workers cross it to their cache
+            self.dir = self.root / "mirror"
+            for sub, mode in (("", 0o755), ("cache", 0o700), ("tmp", 0o755), ("log", 0o755), ("run", 0o755)):
+                (self.dir / sub).mkdir(mode=mode, exist_ok=True)
+            token_file = self.root / "hub-mirror-token.conf"
+            token_file.write_text(self.c.hub_mirror.engine_cache_hub_mirror_token_conf(self.token))
+            token_file.chmod(0o600)
+            port = free_port()
+            self.url = "http://127.0.0.1:%d" % port
+            self.params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": self.hub_url,
+                           "listen": "127.0.0.1", "port": port, "resolver": ["127.0.0.1"],
+                           # the mirror serves only the fleet: this machine, the bench model's pin, the hub's CDN
+                           "clients": ["127.0.0.1"], "models": [{"model": self.model, "revision": self.revision}],
+                           "cdn": [self.cdn_url]}
+            if os.geteuid() == 0:
+                worker = pwd.getpwnam(WORKER)
+                os.chown(self.dir / "cache", worker.pw_uid, worker.pw_gid)
+                import grp  # pylint: disable=import-outside-toplevel
+                self.params.update(user=WORKER, group=grp.getgrgid(worker.pw_gid).gr_name)
+            conf = self.root / "hub-mirror.conf"
+            conf.write_text(self.c.hub_mirror.engine_cache_hub_mirror_conf(self.params))
+            self.argv = [NGINX, "-p", str(self.root), "-c", str(conf), "-g", "daemon off;"]
+            self.command = shell_line(self.argv).replace(str(self.root), "$MIRROR")
+            self.spawn()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """nginx started (again) on the configuration written by start(), answering; its probe's log line taken."""
         with open(self.root / "nginx.stderr", "wb") as err:
-            self.proc = subprocess.Popen(argv, stdout=err, stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
+            self.proc = subprocess.Popen(self.argv, stdout=err, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
+                                         umask=self.umask)
         deadline = time.monotonic() + 15
         while True:
             try:
@@ -431,46 +449,53 @@ class Mirror:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 said = (self.root / "nginx.stderr").read_text(errors="replace") + self.error_log()
-                self.stop()
+                self.stop_nginx()
                 raise RuntimeError("nginx did not start: %s" % said[-3000:])
             time.sleep(0.05)
         # the start's probe is not counted (nginx logs it once the answer is sent: wait for the line)
         probe_deadline = time.monotonic() + 5
-        while not self.take()["requests"] and time.monotonic() < probe_deadline:
+        while not self.lines() and time.monotonic() < probe_deadline:
             time.sleep(0.02)
-        return self
 
     def error_log(self) -> str:
         path = self.dir / "log" / "error.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def lines(self) -> list:
+        """The mirror's access log since the last take, one ``(method, path, status, bytes sent, cache status or
+        None)`` per request."""
+        path = self.dir / "log" / "access.log"
+        if not path.exists():
+            return []
+        with open(path, "rb") as handle:
+            handle.seek(self.log_offset)
+            raw = handle.read()
+        raw = raw[:raw.rfind(b"\n") + 1]
+        self.log_offset += len(raw)
+        out = []
+        for line in raw.decode(errors="replace").splitlines():
+            match = re.search(r'"(\S+) (.*?)" (\d{3}) (\d+) cache=(\S*) ', line)
+            if match:
+                out.append((match.group(1), match.group(2), int(match.group(3)), int(match.group(4)),
+                            match.group(5) if match.group(5) not in ("", "-") else None))
+        return out
+
     def take(self) -> dict:
         """The mirror's access log since the last take: requests, bytes sent, by cache status."""
-        path = self.dir / "log" / "access.log"
-        text = ""
-        if path.exists():
-            with open(path, "rb") as handle:
-                handle.seek(self.log_offset)
-                raw = handle.read()
-            raw = raw[:raw.rfind(b"\n") + 1]
-            self.log_offset += len(raw)
-            text = raw.decode(errors="replace")
         out = {"requests": 0, "bytes": 0, "cache": {}, "statuses": {}}
-        for line in text.splitlines():
-            match = re.search(r'" (\d{3}) (\d+) cache=(\S*) ', line)
-            if not match:
-                continue
+        for _method, _path, status, sent, cache in self.lines():
             out["requests"] += 1
-            out["bytes"] += int(match.group(2))
-            cache = match.group(3) if match.group(3) not in ("", "-") else "none"
+            out["bytes"] += sent
+            cache = cache or "none"
             out["cache"][cache] = out["cache"].get(cache, 0) + 1
-            out["statuses"][match.group(1)] = out["statuses"].get(match.group(1), 0) + 1
+            out["statuses"][str(status)] = out["statuses"].get(str(status), 0) + 1
         return out
 
     def cache_bytes(self) -> int:
         return du_bytes(self.dir / "cache")
 
-    def stop(self) -> None:
+    def stop_nginx(self) -> None:
+        """nginx stopped by its PID; its directory (and cache) kept."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:
@@ -479,6 +504,9 @@ class Mirror:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
         self.proc = None
+
+    def stop(self) -> None:
+        self.stop_nginx()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -487,7 +515,7 @@ class Mirror:
 # The runs.
 
 
-def rollout(c: _Collection, hub: Hub, work: pathlib.Path, n: int, variant: str) -> dict:
+def rollout(c: Collection, hub: Hub, work: pathlib.Path, n: int, variant: str) -> dict:
     """The lock once, then (through the mirror) the warm, then N nodes one after the other."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -546,7 +574,7 @@ def rollout(c: _Collection, hub: Hub, work: pathlib.Path, n: int, variant: str) 
     return out
 
 
-def one_node(c: _Collection, hub: Hub, work: pathlib.Path, reps: int) -> dict:
+def one_node(c: Collection, hub: Hub, work: pathlib.Path, reps: int) -> dict:
     """Time to a complete snapshot in a fresh dir, from the hub and from a warm mirror (alternated),
     then a run on a complete snapshot (no request)."""
     shutil.rmtree(work, ignore_errors=True)
@@ -612,7 +640,7 @@ def one_node(c: _Collection, hub: Hub, work: pathlib.Path, reps: int) -> dict:
 
 def run(ns=(1, 10, 50), model_mib: float = DEFAULT_MIB, reps: int = 5, work: pathlib.Path | None = None,
         keep: bool = False) -> dict:
-    c = _Collection()
+    c = Collection()
     work = work or WORK / "models"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

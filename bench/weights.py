@@ -62,20 +62,18 @@ import hashlib
 import json
 import os
 import pathlib
-import pwd
-import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
+from bench import models
 from bench.common import COLLECTIONS, REPO, WORK, alternate, ensure_collection_link, run_timed, shell_line, summary
+from bench.models import free_port
 
 MIB = 1 << 20
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -84,7 +82,6 @@ MODEL = "llmfleet-bench/sharded"
 COMMIT = "b" * 40
 MODULE = REPO / "plugins" / "modules" / "model_snapshot.py"
 HF_WARM = REPO / "plugins" / "modules" / "hf_warm.py"
-WORKER = "nobody"  # the mirror's workers when nginx starts as root (the role's user is llmfleet-hub-mirror)
 DUMMY_TOKEN = "hf_llmfleetBenchDummyToken"  # the mirror sends it to the origin, which ignores it
 
 
@@ -115,12 +112,6 @@ def make_shards(where: pathlib.Path, shards: int, size: int) -> dict:
         entries.append({"path": path, "size": size, "sha256": sha})
     return {"format": 1, "repo": MODEL, "revision": COMMIT, "commit": COMMIT, "files": entries,
             "size": sum(e["size"] for e in entries)}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Origin:
@@ -190,98 +181,28 @@ http {
                 self.proc.wait(10)
 
 
-def _hub_mirror_filters():
-    """plugins/filter/engine_cache_nginx.py, imported as Ansible imports it (through build/collections)."""
-    ensure_collection_link()
-    if str(COLLECTIONS) not in sys.path:
-        sys.path.insert(0, str(COLLECTIONS))
-    # pylint: disable-next=import-outside-toplevel
-    from ansible_collections.llmfleet.engines.plugins.filter import engine_cache_nginx
-    return engine_cache_nginx
-
-
 def _resolve_path(entry: dict) -> str:
     return "/%s/resolve/%s/%s" % (MODEL, COMMIT, entry["path"])
 
 
-class Mirror:
-    """The engine_cache role's hub mirror before ``origin`` (see the module's docstring): ``url``, ``cold()``
-    (stopped, cache emptied, started), ``warm(lock)``, ``take()`` (its access log since the last take),
-    ``close()`` (stopped, its directory removed)."""
+class Mirror(models.Mirror):
+    """The engine_cache role's hub mirror before ``origin`` (bench/models.py's, see the module's docstring),
+    pinned to the bench's repo at its commit, under /var/tmp, nginx with umask 0077 as the role's unit runs
+    it; and ``cold()`` (stopped, cache emptied, started), ``warm()``, ``check()`` (its log of a run), ``close()``
+    (stopped, its directory removed)."""
 
     def __init__(self, origin: Origin, lock: dict):
-        if not os.access(NGINX, os.X_OK):
-            raise RuntimeError("nginx is not installed (%s): apt-get install nginx-light" % NGINX)
-        filters = _hub_mirror_filters()
+        super().__init__(models.Collection(), origin.url, "http://127.0.0.2:%d" % origin.port, model=MODEL,
+                         revision=COMMIT, token=DUMMY_TOKEN, tmp_dir="/var/tmp", umask=0o077)
         self.lock = lock
-        self.proc = None
-        self.log_offset = 0
-        self.root = pathlib.Path(tempfile.mkdtemp(prefix="llmfleet-bench-weights-mirror-", dir="/var/tmp"))
-        try:
-            self.root.chmod(0o755)  # the workers cross it to their cache
-            self.dir = self.root / "mirror"
-            for sub, mode in (("", 0o755), ("cache", 0o700), ("tmp", 0o755), ("log", 0o755), ("run", 0o755)):
-                (self.dir / sub).mkdir(mode=mode, exist_ok=True)
-            token_file = self.root / "hub-mirror-token.conf"
-            token_file.write_text(filters.engine_cache_hub_mirror_token_conf(DUMMY_TOKEN))
-            token_file.chmod(0o600)
-            self.port = free_port()
-            self.url = "http://127.0.0.1:%d" % self.port
-            params = {"dir": str(self.dir), "token_file": str(token_file), "upstream": origin.url,
-                      "listen": "127.0.0.1", "port": self.port, "resolver": ["127.0.0.1"], "clients": ["127.0.0.1"],
-                      "models": [{"model": MODEL, "revision": COMMIT}], "cdn": ["http://127.0.0.2:%d" % origin.port]}
-            self.owner = None
-            if os.geteuid() == 0:
-                worker = pwd.getpwnam(WORKER)
-                self.owner = (worker.pw_uid, worker.pw_gid)
-                import grp  # pylint: disable=import-outside-toplevel
-                params.update(user=WORKER, group=grp.getgrgid(worker.pw_gid).gr_name)
-                os.chown(self.dir / "cache", *self.owner)
-            self.conf = self.root / "hub-mirror.conf"
-            self.conf.write_text(filters.engine_cache_hub_mirror_conf(params))
-            self.argv = [NGINX, "-p", str(self.root), "-c", str(self.conf), "-g", "daemon off;"]
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def start(self):
-        with open(self.root / "nginx.stderr", "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdout=err, stderr=subprocess.STDOUT,  # pylint: disable=consider-using-with
-                                         umask=0o077)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=5).close()  # pylint: disable=consider-using-with
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404 and b"llmfleet hub mirror" in exc.read():
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                said = (self.root / "nginx.stderr").read_text(errors="replace") + self.error_log()
-                self.stop()
-                raise RuntimeError("the hub mirror's nginx did not start: %s" % said[-3000:])
-            time.sleep(0.05)
-        self.settle(1)  # the probe's line
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
+        self.start()
 
     def close(self):
         self.stop()
-        shutil.rmtree(self.root, ignore_errors=True)
 
     def cold(self):
         """Stopped, its cache and its temporary files emptied, its log restarted, started again."""
-        self.stop()
+        self.stop_nginx()
         for sub in ("cache", "tmp"):
             for child in (self.dir / sub).iterdir():
                 if child.is_dir() and not child.is_symlink():
@@ -290,7 +211,7 @@ class Mirror:
                     child.unlink()
         (self.dir / "log" / "access.log").unlink(missing_ok=True)
         self.log_offset = 0
-        self.start()
+        self.spawn()
 
     def head(self, entry: dict) -> str | None:
         request = urllib.request.Request(self.url + _resolve_path(entry), method="HEAD")
@@ -311,36 +232,14 @@ class Mirror:
                 raise RuntimeError("the hub mirror did not cache %s" % ", ".join(still))
         self.settle(len(self.lock["files"]) + (len(missing) + len(self.lock["files"]) if missing else 0))
 
-    def error_log(self) -> str:
-        path = self.dir / "log" / "error.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def take(self) -> list:
-        """The mirror's access log since the last take: [(method, path, status, bytes sent, cache status)]."""
-        path = self.dir / "log" / "access.log"
-        if not path.exists():
-            return []
-        with open(path, "rb") as handle:
-            handle.seek(self.log_offset)
-            raw = handle.read()
-        raw = raw[:raw.rfind(b"\n") + 1]
-        self.log_offset += len(raw)
-        out = []
-        for line in raw.decode(errors="replace").splitlines():
-            match = re.search(r'"(\S+) (\S+)" (\d{3}) (\d+) cache=(\S*) ', line)
-            if match:
-                out.append((match.group(1), match.group(2), int(match.group(3)), int(match.group(4)),
-                            match.group(5) if match.group(5) not in ("", "-") else None))
-        return out
-
     def settle(self, at_least: int) -> list:
         """The log's next ``at_least`` lines or more (nginx writes one once the answer is sent, which may be
         a moment after the client has it), waiting up to 5 seconds."""
-        lines = self.take()
+        lines = self.lines()
         deadline = time.monotonic() + 5
         while len(lines) < at_least and time.monotonic() < deadline:
             time.sleep(0.02)
-            lines += self.take()
+            lines += self.lines()
         return lines
 
     def check(self, what: str, cold: bool) -> dict:
@@ -349,7 +248,7 @@ class Mirror:
         files = self.lock["files"]
         lines = self.settle(len(files))
         time.sleep(0.05)
-        lines += self.take()
+        lines += self.lines()
         paths = {_resolve_path(e) for e in files}
         served = [x for x in lines if x[1] in paths]
         counts = {}
@@ -536,9 +435,9 @@ def run(shards=8, shard_mib=64, parallel=(1, 4, 8), reps=2, work: pathlib.Path |
     out = {"shards": shards, "shard_mib": shard_mib, "bytes": lock["size"], "reps": reps,
            "huggingface_hub": hf, "nginx": shell_line(origin.argv).replace(str(work), "$WORK"), "sides": {}}
     if hub_mirror is not None:
-        out["mirror"] = {"nginx": shell_line(hub_mirror.argv).replace(str(hub_mirror.root), "$MIRROR"),
+        out["mirror"] = {"nginx": hub_mirror.command,
                          "conf": "engine_cache_hub_mirror_conf (plugins/filter/engine_cache_nginx.py)",
-                         "workers": WORKER if hub_mirror.owner else None}
+                         "workers": hub_mirror.params.get("user")}
     for name, values in samples.items():
         s = summary(values)
         s["cpu_per_gb"] = round(s["cpu_median"] / gb, 2)

@@ -4,18 +4,28 @@
 """The engine_service_look action (documentation: plugins/modules/engine_service_look.py).
 
 One task per serving node in site.yml's engine play: is the node settled (nothing engine_service would
-change, every model serving)? The node is read, and its models gated, by the engine_service_survey
-module (the node's one module call of this step); what needs the controller (the secret files' text,
-the placement of the models on the node's GPUs) is worked out here with the role's own filters. A
-settled node is summed up here, as the role's last step would sum it up, and takes no further step of
-the role in this run; any other node takes the role's full way, which reads everything again under the
-node's rollout lock and decides in its own words.
+change, every model serving)? On the controller, the action checks the role's variables (the function
+validate.yml calls), pins the models' revisions from the locks kept on the controller
+(engine_service_model_lock_dir, read as hf_revision reads them back) and renders the units (the role's
+``__engine_service_rendered``, with those locks); the node is read, and its models gated, by the
+engine_service_survey module (the node's one module call of this step); the secret files' digests and the
+placement of the models on the node's GPUs are worked out here with the role's own filters. A settled node
+is summed up here, as the role's last step would sum it up, and takes no further step of the role in this
+run; any other node takes the role's full way, which reads everything again under the node's rollout lock
+and decides in its own words. A pin the controller does not hold yet (no lock directory, a refresh, a lock
+not written) is left to the role's pinning step (``pins_needed``: look.yml pins and looks again), which asks
+the hub once per model for the whole play.
+
+An option left out is the role's variable of the same meaning (``_ROLE``): the role's look.yml gives only
+what differs between its two looks.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_placement import (
@@ -23,9 +33,66 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_placemen
     engine_service_world_size,
 )
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
+from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import (
+    VARIABLES,
+    engine_service_variable_problems,
+)
+from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import engine_service_secret_file
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
+# Each option left out of the task, and the role's variable it then is.
+_ROLE = {
+    "models": "engine_service_models",
+    "api_key": "engine_service_api_key",
+    "hf_token": "engine_service_hf_token",
+    "secret_environment": "engine_service_secret_environment",
+    "unit_dir": "engine_service_unit_dir",
+    "unit_prefix": "__engine_service_unit_prefix",
+    "lock": "__engine_service_lock",
+    "record_dir": "__engine_service_dir",
+    "user": "engine_service_user",
+    "keep": "engine_service_model_keep",
+    "steady_timeout": "engine_service_steady_timeout",
+    "shm_min_mib": "engine_service_shm_min_mib",
+    "limit_nofile": "engine_service_limit_nofile",
+    "lock_dir": "engine_service_model_lock_dir",
+    "refresh": "engine_service_model_refresh",
+}
+# the units the role renders, from its variables and these three (look.yml's and compare.yml's units)
+_RENDERED = "__engine_service_rendered"
+
+
+def kept_locks(pins, locks, lock_dir, refresh, read):
+    """``(locks, reasons)``: ``locks`` with the lock of each of ``pins`` it lacks, read back from ``lock_dir``
+    (``read``: the hub's ``read_kept_lock``), and why a pin could not be (no lock directory, a refresh asked
+    for, no lock written yet, a lock that cannot be used: the role's pinning step says so in its own words)."""
+    out, reasons = dict(locks), []
+    for pin in pins:
+        if pin["key"] in out:
+            continue
+        if not lock_dir:
+            reasons.append("the revision of %s is pinned by the hub in each run (engine_service_model_lock_dir is"
+                           " not set)" % pin["key"])
+            continue
+        if refresh:
+            reasons.append("the revision of %s is pinned again (engine_service_model_refresh)" % pin["key"])
+            continue
+        revision = pin["revision"]
+        if len(revision) == 40 and all(c in "0123456789abcdefABCDEF" for c in revision):
+            revision = revision.lower()  # a commit, as hf_revision reads it
+        path = os.path.join(lock_dir, pin["file"])
+        try:
+            lock = read(path, pin["repo"], revision)
+        except ValueError as exc:
+            reasons.append(str(exc))
+            continue
+        if lock is None:
+            reasons.append("no lock of %s is kept in %s yet" % (pin["key"], lock_dir))
+            continue
+        out[pin["key"]] = lock
+    return out, reasons
 
 
 def survey_args(args):
@@ -82,14 +149,68 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
                              "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
-                             "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile"))
+                             "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
+                             "lock_dir", "refresh"))
+
+    def _variable(self, name, task_vars):
+        if name not in task_vars:
+            raise KeyError(name)
+        return self._templar.template(task_vars[name])
+
+    def _options(self, task_vars):
+        """The task's arguments, each one left out taken from the role's variable (``_ROLE``)."""
+        args = dict(self._task.args)
+        for option, variable in _ROLE.items():
+            if option not in args:
+                args[option] = self._variable(variable, task_vars)
+        if "cache_dir" not in args:
+            args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars)
+        return args
+
+    def _rendered(self, task_vars, environment, locks, gpus):
+        """The units the role renders (its ``__engine_service_rendered``) with these locks and GPUs."""
+        names = dict(task_vars, __engine_service_env=environment, __engine_service_model_locks=locks,
+                     __engine_service_gpus=gpus)
+        return self._templar.copy_with_new_env(available_variables=names).template(task_vars[_RENDERED])
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
-        args = self._task.args
         host = task_vars.get("inventory_hostname", "")
+        try:
+            if boolean(self._task.args.get("validate", False), strict=False):
+                values = {name: self._variable(name, task_vars) for name in VARIABLES}
+                problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
+                if problems:
+                    result.update(failed=True, msg=(
+                        "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
+                        % (host, "; ".join(problems), host)))
+                    return result
+            args = self._options(task_vars)
+        except KeyError as exc:
+            result.update(failed=True, msg="host %s: engine_service_look reads the variable %s of the"
+                                           " llmfleet.engines.engine_service role, which is not set: run it from"
+                                           " the role (its look entry point)" % (host, exc.args[0]))
+            return result
+        if "pins" not in args:
+            args["pins"] = engine_service_model_pins(list(args.get("models") or []))
+        # the locks the role holds already, and those kept on the controller
+        args["locks"], reasons = kept_locks(args["pins"], args.get("locks") or {}, args.get("lock_dir") or "",
+                                            boolean(args.get("refresh", False), strict=False), read_kept_lock)
+        if args.get("gpus") is None and any("gpus" in m for m in args.get("models") or [] if isinstance(m, dict)):
+            reasons.append("the node's GPUs are read with the pins (a model is placed on them)")
+        if reasons:
+            result.update(changed=False, settled=False, pins_needed=True, reasons=reasons,
+                          msg="%s: its models are pinned first (%s)" % (host, "; ".join(reasons)))
+            return result
+        if "units" not in args:
+            if _RENDERED not in task_vars:
+                result.update(failed=True, msg="host %s: engine_service_look renders the units with the"
+                                               " llmfleet.engines.engine_service role: run it from the role (its"
+                                               " look entry point), or give units" % host)
+                return result
+            args["units"] = self._rendered(task_vars, str(args["environment"]), args["locks"], args.get("gpus"))
         module_args = survey_args(args)
         survey = self._execute_module(module_name=_SURVEY, module_args=module_args, task_vars=task_vars)
         if survey.get("failed"):
@@ -108,6 +229,7 @@ class ActionModule(ActionBase):
                 shm_mib=survey.get("shm_mib") if need_shm else None,
                 shm_min_mib=int(args.get("shm_min_mib") or 1024), limit_nofile=args.get("limit_nofile"))
         result["changed"] = False
+        result["pins_needed"] = False
         if reasons:
             # what the node answered, for -v (a settled node's result stays what the role's last step sums up)
             result["survey"] = survey

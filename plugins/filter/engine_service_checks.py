@@ -368,6 +368,64 @@ def engine_service_seconds_problem(value, variable, least=0):
                least)]
 
 
+# The role variables engine_service_variable_problems checks: validate.yml passes each of them, and the
+# engine_service_look action reads each from the host's variables.
+VARIABLES = (
+    "engine_service_models", "engine_service_environment", "engine_service_secret_environment",
+    "engine_service_api_key", "engine_service_hf_token", "engine_service_root", "engine_service_user",
+    "engine_service_host", "engine_service_shutdown_timeout", "engine_service_ready_timeout",
+    "engine_service_limit_nofile", "engine_service_secrets_dir", "engine_service_steady_timeout",
+    "engine_service_lock_wait", "engine_service_gateway_drain_timeout", "engine_service_gateways",
+    "engine_service_lock_stale", "engine_service_shm_min_mib", "engine_service_model_progress_interval",
+    "engine_service_model_timeout", "engine_service_model_keep", "engine_service_hub_mirror_url",
+    "engine_service_retry_failed",
+)
+_BLANK_RE = re.compile("[\x00-\x20]")
+
+
+def engine_service_variable_problems(variables, hosts=()):
+    """Everything the role checks in its variables before anything is touched (the role's ``validate.yml``
+    and the look's first step), one text per problem; empty when nothing is wrong. ``variables``: each of
+    :data:`VARIABLES` by name; ``hosts``: the inventory's hosts (the gateways must be among them)."""
+    if not isinstance(variables, dict):
+        raise AnsibleFilterError("engine_service_variable_problems: the input must be the role's variables (a"
+                                 " mapping), not %s" % type(variables).__name__)
+    missing = [name for name in VARIABLES if name not in variables]
+    if missing:
+        raise AnsibleFilterError("engine_service_variable_problems: the role's variables lack %s" % ", ".join(missing))
+    v = variables
+    out = engine_service_problems(
+        v["engine_service_models"], environment=v["engine_service_environment"],
+        secret_environment=v["engine_service_secret_environment"], api_key=v["engine_service_api_key"],
+        hf_token=v["engine_service_hf_token"], root=v["engine_service_root"], user=v["engine_service_user"],
+        host=v["engine_service_host"], shutdown_timeout=v["engine_service_shutdown_timeout"],
+        ready_timeout=v["engine_service_ready_timeout"], limit_nofile=v["engine_service_limit_nofile"],
+        secrets_dir=v["engine_service_secrets_dir"])
+    for name, least in (("engine_service_steady_timeout", 1), ("engine_service_lock_wait", 0),
+                        ("engine_service_gateway_drain_timeout", 0)):
+        out.extend(engine_service_seconds_problem(v[name], name, least))
+    gateways = v["engine_service_gateways"]
+    if not isinstance(gateways, list) or any(not isinstance(g, str) or g not in hosts for g in gateways):
+        out.append("variable engine_service_gateways is %s, allowed: a list of inventory hosts that run"
+                   " llmfleet.engines.engine_gateway" % _json(gateways))
+    out.extend(engine_service_seconds_problem(v["engine_service_lock_stale"], "engine_service_lock_stale", 60))
+    out.extend(p.replace("seconds", "MiB")
+               for p in engine_service_seconds_problem(v["engine_service_shm_min_mib"], "engine_service_shm_min_mib", 0))
+    out.extend(engine_service_seconds_problem(v["engine_service_model_progress_interval"],
+                                              "engine_service_model_progress_interval", 1))
+    out.extend(engine_service_seconds_problem(v["engine_service_model_timeout"], "engine_service_model_timeout", 60))
+    out.extend(p.replace("a whole number of seconds", "a whole number of snapshots")
+               for p in engine_service_seconds_problem(v["engine_service_model_keep"], "engine_service_model_keep", 1))
+    mirror = v["engine_service_hub_mirror_url"]
+    if not isinstance(mirror, str) or _BLANK_RE.search(mirror):
+        out.append("variable engine_service_hub_mirror_url is %s, allowed: a URL (http:// or https://) without spaces"
+                   " or control characters, or \"\"" % _json(mirror))
+    if str(v["engine_service_retry_failed"]).lower() not in ("true", "false", "yes", "no"):
+        out.append("variable engine_service_retry_failed is %s, allowed: true or false"
+                   % _json(v["engine_service_retry_failed"]))
+    return out
+
+
 def engine_service_says(item, what, user=None):
     """A preflight problem of one model (an entry of engine_service_models or of engine_service_units)."""
     if not isinstance(item, dict):
@@ -393,5 +451,6 @@ class FilterModule:
         return {
             "engine_service_problems": engine_service_problems,
             "engine_service_seconds_problem": engine_service_seconds_problem,
+            "engine_service_variable_problems": engine_service_variable_problems,
             "engine_service_says": engine_service_says,
         }

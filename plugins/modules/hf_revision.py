@@ -280,7 +280,6 @@ url:
   sample: https://huggingface.co/api/models/meta-llama/Llama-3.1-8B/revision/main?blobs=true
 """
 
-import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
@@ -294,9 +293,9 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import
     human_size,
     is_commit,
     lock_text,
+    read_kept_lock,
     select_files,
     validate_endpoint,
-    validate_lock,
     validate_repo,
     validate_revision,
 )
@@ -309,7 +308,6 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._http impo
     token_transport_problem,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 
 
 def _patterns_problem(name, patterns):
@@ -335,42 +333,6 @@ def _write(path, text):
     """``text`` to ``path``, 0644, atomically (common/_fs.write_atomic: a mkstemp file beside it, renamed over it)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     write_atomic(path, text.encode("utf-8"), 0o644)
-
-
-def _read_back(lock_file, repo, revision):
-    """The lock kept in ``lock_file`` (None when there is none), checked: the file and its directories
-    closed to other users (``_trust``), a valid lock of ``repo`` at ``revision``. Raises ValueError
-    with a sentence naming the file."""
-    problem = untrusted_component(lock_file)
-    if problem:
-        raise ValueError(
-            "lock_file %s cannot be trusted: its lock decides the weights every node serves, and %s. Every "
-            "directory on its path must belong to %s and be writable by no one else: %s"
-            % (lock_file, problem.describe(), " or ".join(owner_name(uid) for uid in sorted(trusted_uids())),
-               problem.fix))
-    try:
-        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
-    try:
-        with os.fdopen(fd, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
-    try:
-        lock = json.loads(text)
-    except ValueError as exc:
-        raise ValueError("lock_file %s is not JSON (%s): fix or remove it, or set refresh" % (lock_file, exc))
-    problems = validate_lock(lock)
-    if problems:
-        raise ValueError("lock_file %s is not a model lock: %s. Fix or remove it, or set refresh"
-                         % (lock_file, "; ".join(problems)))
-    if lock["repo"] != repo or lock["revision"] != revision:
-        raise ValueError("lock_file %s holds the lock of %s at %s, not of %s at %s: remove it, or set refresh"
-                         % (lock_file, lock["repo"], lock["revision"], repo, revision))
-    return lock
 
 
 def _exit_with_kept(module, lock, lock_file, repo, revision):
@@ -415,7 +377,7 @@ def main():
     if p["lock_file"] and not p["refresh"]:
         # pins are data: a lock kept in the file is what the fleet serves, until asked to refresh
         try:
-            kept = _read_back(p["lock_file"], repo, revision)
+            kept = read_kept_lock(p["lock_file"], repo, revision)
         except ValueError as exc:
             module.fail_json(msg=str(exc), changed=False, lock_file=p["lock_file"])
         if kept is not None:

@@ -26,6 +26,8 @@ ROLE = "llmfleet.engines.engine_service"
 LOOK = "Look whether this node's models are settled"
 # a task of the role's full way (main.yml, in the rollout play)
 FULL_WAY = "Find the units this role owns on the node"
+# the pinning step (stage_pin.yml's hf_revision), which the look leaves out where the controller keeps the locks
+PIN = "Pin the revisions of the play's models to their commits"
 
 
 def site(tmp_path, node):
@@ -49,10 +51,19 @@ def site(tmp_path, node):
     return str(path)
 
 
+def looks(run):
+    """The looks that ran on the node: one where the controller holds the models' locks, else a first one
+    (``pins_needed``) and a second after the pinning step (look_pinned.yml)."""
+    return [t["result"] for t in run.task(LOOK) if t["host"] == "node" and t["status"] != "skipped"]
+
+
 def looked(run):
-    """The look's result on the node (the registered engine_service_result)."""
-    (task,) = [t for t in run.task(LOOK) if t["host"] == "node"]
-    return task["result"]
+    """The look's result on the node (the registered engine_service_result): the last look."""
+    return looks(run)[-1]
+
+
+def pinned_by_the_hub(run):
+    return len([t for t in run.task(PIN) if t["status"] != "skipped"])
 
 
 def full_way(run):
@@ -65,6 +76,8 @@ def settled_run(node, playbook, models, extra):
     look = looked(run)
     assert look["settled"] is True, (look.get("reasons"), run.explain())
     assert full_way(run) == 0, run.explain()
+    # the lock kept on the controller (engine_service_model_lock_dir) pins the model: one look, no pinning step
+    assert len(looks(run)) == 1 and look["pins_needed"] is False and pinned_by_the_hub(run) == 0, run.explain()
     return run, look
 
 
@@ -86,9 +99,14 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     extra = dict(hub_vars(hub, tmp_path), engine_service_steady_timeout=3, engine_service_lock_wait=0)
     playbook = site(tmp_path, node)
 
-    # a fresh node: nothing is there, the full way serves it
+    # a fresh node: nothing is there, the full way serves it; no lock is kept yet, so the first look leaves the
+    # pin to the pinning step (which writes the lock), and the second look finds the node unsettled
     run = unsettled_run(node, playbook, models, extra, "%s is not on the node" % unit)
     assert full_way(run) == 1 and run.result["settled"] is False and run.result["units"] == [unit], run.explain()
+    first, second = looks(run)
+    assert first["pins_needed"] is True and first["reasons"] == [
+        "no lock of %s@v1 is kept in %s yet" % (models[0]["model"], tmp_path / "locks")], first
+    assert second["pins_needed"] is False and pinned_by_the_hub(run) == 1, run.explain()
     pid = node.main_pid(unit)
     record = node.root / "engines" / "vllm" / (unit + ".gate.json")
     first_record = json.loads(record.read_text())
@@ -204,6 +222,37 @@ def test_check_mode_looks_without_a_gate_or_a_record(node, upstream, tmp_path):
     assert look["settled"] is True and look["gates"] == [], look
     assert record.read_text() == before
     assert full_way(run) == 0, run.explain()
+
+
+def test_without_kept_locks_the_hub_pins_each_run_and_the_look_goes_on_and_a_bad_variable_stops_it(
+        node, upstream, tmp_path):
+    hub = upstream
+    node.make_env(*ENV.split("-"))
+    node.set_current(ENV)
+    models = pinned(node, "v1")
+    extra = {"engine_service_hf_endpoint": hub.url + "/hub", "engine_service_steady_timeout": 3}
+    playbook = site(tmp_path, node)
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0 and full_way(run) == 1, run.explain()
+
+    # no lock kept on the controller: each run pins by the hub (once for the play), then the node is settled
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0, run.explain()
+    first, second = looks(run)
+    assert first["pins_needed"] is True and first["reasons"] == [
+        "the revision of %s@v1 is pinned by the hub in each run (engine_service_model_lock_dir is not set)"
+        % models[0]["model"]], first
+    assert second["settled"] is True and second["pins_needed"] is False, second
+    assert pinned_by_the_hub(run) == 1 and full_way(run) == 0, run.explain()
+
+    # a bad variable fails the host in the look, in validate.yml's words, before the node is read or pinned
+    run = node.play(models, extra_vars=dict(extra, engine_service_model_keep=0), playbook=playbook)
+    assert run.rc == 2, run.explain()
+    (look,) = [t for t in run.task(LOOK) if t["host"] == "node"]
+    assert look["status"] == "failed" and look["result"]["msg"] == (
+        "host node: variable engine_service_model_keep is 0, allowed: a whole number of snapshots, 1 or more. Fix it"
+        " in the inventory (host_vars/node.yml or its group's variables)."), look
+    assert pinned_by_the_hub(run) == 0 and full_way(run) == 0, run.explain()
 
 
 def stat_mode(path):

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import re
 from fnmatch import fnmatchcase
 from urllib.parse import quote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpStatusError,
     NotFoundError,
@@ -552,6 +554,43 @@ def validate_lock(lock):
     elif size != total:
         problems.append("size %d is not the sum of the files' sizes (%d)" % (size, total))
     return problems
+
+
+def read_kept_lock(lock_file, repo, revision):
+    """The lock kept in ``lock_file`` (None when there is none), checked: the file and its directories
+    closed to other users (``_trust``), a valid lock of ``repo`` at ``revision`` (a commit in lower case,
+    as :func:`is_commit` reads it). Raises ValueError with a sentence naming the file. Read by
+    ``hf_revision`` and by the ``engine_service_look`` action (on the controller, where the locks are kept)."""
+    problem = untrusted_component(lock_file)
+    if problem:
+        raise ValueError(
+            "lock_file %s cannot be trusted: its lock decides the weights every node serves, and %s. Every "
+            "directory on its path must belong to %s and be writable by no one else: %s"
+            % (lock_file, problem.describe(), " or ".join(owner_name(uid) for uid in sorted(trusted_uids())),
+               problem.fix))
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
+    try:
+        with os.fdopen(fd, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError("cannot read lock_file %s: %s" % (lock_file, exc))
+    try:
+        lock = json.loads(text)
+    except ValueError as exc:
+        raise ValueError("lock_file %s is not JSON (%s): fix or remove it, or set refresh" % (lock_file, exc))
+    problems = validate_lock(lock)
+    if problems:
+        raise ValueError("lock_file %s is not a model lock: %s. Fix or remove it, or set refresh"
+                         % (lock_file, "; ".join(problems)))
+    if lock["repo"] != repo or lock["revision"] != revision:
+        raise ValueError("lock_file %s holds the lock of %s at %s, not of %s at %s: remove it, or set refresh"
+                         % (lock_file, lock["repo"], lock["revision"], repo, revision))
+    return lock
 
 
 def lock_text(lock):

@@ -20,12 +20,14 @@ _before = _internal.is_controller
 try:
     from ansible.playbook.play_context import PlayContext
     from ansible.playbook.task import Task
-    from ansible.template import Templar
+    from ansible.template import Templar, trust_as_template
     from ansible.parsing.dataloader import DataLoader
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_service_look
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import VARIABLES
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
+    from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import lock_text
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
         engine_service_secret_file,
         engine_service_units,
@@ -74,7 +76,7 @@ def role_args(models=None, locks=None, **over):
         "unit_dir": "/etc/systemd/system", "unit_prefix": "llmfleet-vllm-",
         "lock": ROOT + "/engines/vllm/.engine_service.lock", "record_dir": ROOT + "/engines/vllm",
         "user": "llmfleet-vllm", "cache_dir": ROOT + "/models", "keep": 2, "steady_timeout": 120,
-        "shm_min_mib": 1024, "limit_nofile": 65536,
+        "shm_min_mib": 1024, "limit_nofile": 65536, "lock_dir": "", "refresh": False,
     }
     args.update(over)
     return args
@@ -92,7 +94,7 @@ def settled_survey(units, **over):
     return answer
 
 
-def _run(args, answer, host="n1", check_mode=False):
+def _run(args, answer, host="n1", check_mode=False, task_vars=None):
     task = Task()
     task.args = args
     task.action = "llmfleet.engines.engine_service_look"
@@ -109,7 +111,7 @@ def _run(args, answer, host="n1", check_mode=False):
         return dict(answer, invocation={"module_args": module_args})
 
     action._execute_module = execute
-    return action.run(task_vars={"inventory_hostname": host}), calls
+    return action.run(task_vars=dict(task_vars or {}, inventory_hostname=host)), calls
 
 
 def unit_names(args):
@@ -289,3 +291,134 @@ def test_a_failed_module_fails_the_host_naming_it():
 def test_an_unknown_argument_is_refused():
     with pytest.raises(AnsibleActionFail, match="Invalid options .*: colour"):
         _run(dict(role_args(), colour="blue"), settled_survey([]))
+
+
+# -- the controller's part: the role's variables checked, the pins read from the kept locks, the units rendered --
+
+def role_vars(**over):
+    """A host's variables as the role sees them: each variable the look reads, the units rendered from a template
+    that shows what the action gave it (the environment, the locks' commits, the GPUs)."""
+    out = {name: "" for name in VARIABLES}
+    out.update(engine_service_models=MODELS, engine_service_root=ROOT, engine_service_user="llmfleet-vllm",
+               engine_service_environment={}, engine_service_secret_environment={"WANDB_API_KEY": WANDB},
+               engine_service_api_key=GLOBAL_KEY, engine_service_hf_token=HF_TOKEN, engine_service_host="127.0.0.1",
+               engine_service_shutdown_timeout=30, engine_service_ready_timeout=900, engine_service_limit_nofile=65536,
+               engine_service_secrets_dir="/etc/llmfleet/engine_service", engine_service_steady_timeout=120,
+               engine_service_lock_wait=600, engine_service_gateway_drain_timeout=30, engine_service_gateways=[],
+               engine_service_lock_stale=14400, engine_service_shm_min_mib=1024,
+               engine_service_model_progress_interval=10, engine_service_model_timeout=3600,
+               engine_service_model_keep=2, engine_service_hub_mirror_url="", engine_service_retry_failed=False,
+               engine_service_unit_dir="/etc/systemd/system", __engine_service_unit_prefix="llmfleet-vllm-",
+               __engine_service_lock=ROOT + "/engines/vllm/.engine_service.lock",
+               __engine_service_dir=ROOT + "/engines/vllm", engine_service_model_lock_dir="",
+               engine_service_model_refresh=False, groups={"all": ["n1"]})
+    out["__engine_service_rendered"] = trust_as_template(
+        "{{ [{'unit': 'llmfleet-vllm-chat.service', 'name': 'chat', 'url': 'http://127.0.0.1:8000',"
+        " 'environment_file': '/etc/llmfleet/engine_service/llmfleet-vllm-chat.service.env', 'commit': none,"
+        " 'text': __engine_service_env ~ ' ' ~ (__engine_service_model_locks | dict2items"
+        " | map(attribute='value.commit') | sort | join(',')) ~ ' ' ~ (__engine_service_gpus | to_json)}] }}")
+    out.update(over)
+    return out
+
+
+def keep_locks(tmp_path, locks=LOCKS):
+    folder = tmp_path / "locks"
+    folder.mkdir(mode=0o755)
+    for pin in engine_service_model_pins(MODELS):
+        if pin["key"] in locks:
+            (folder / pin["file"]).write_text(lock_text(locks[pin["key"]]))
+    return str(folder)
+
+
+def test_the_look_reads_the_kept_locks_renders_the_units_and_asks_the_node_once(tmp_path):
+    variables = role_vars(engine_service_model_lock_dir=keep_locks(tmp_path))
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey(["llmfleet-vllm-chat.service"]),
+                      task_vars=variables)
+    assert res["settled"] is True and res["pins_needed"] is False and not res.get("failed"), res
+    ((name, sent),) = calls
+    assert name == "llmfleet.engines.engine_service_survey"
+    # the role's template, rendered with the environment, the two kept locks and no GPUs
+    assert sent["units"][0]["text"] == "%s %s,%s null" % (ENV, COMMIT, OTHER)
+    assert sent["snapshots"] == [{"lock": LOCKS["org/chat@main"]}, {"lock": LOCKS["org/code@v1"]}]
+    assert sent["in_use"] == sorted([COMMIT, OTHER])
+    # every other argument is the role's variable
+    assert (sent["unit_dir"], sent["unit_prefix"], sent["lock"], sent["record_dir"], sent["cache_dir"], sent["user"],
+            sent["keep"], sent["steady_timeout"]) == (
+        "/etc/systemd/system", "llmfleet-vllm-", ROOT + "/engines/vllm/.engine_service.lock", ROOT + "/engines/vllm",
+        ROOT + "/models", "llmfleet-vllm", 2, 120)
+    text = json.dumps(res)
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_locks_the_role_holds_are_used_as_they_are_and_only_the_others_read(tmp_path):
+    lock_dir = keep_locks(tmp_path, {"org/code@v1": LOCKS["org/code@v1"]})
+    held = {"org/chat@main": lock_of("org/chat", "d" * 40)}
+    res, calls = _run({"environment": ENV, "locks": held}, settled_survey(["llmfleet-vllm-chat.service"]),
+                      task_vars=role_vars(engine_service_model_lock_dir=lock_dir))
+    assert res["settled"] is True
+    assert calls[0][1]["units"][0]["text"] == "%s %s,%s null" % (ENV, OTHER, "d" * 40)
+
+
+@pytest.mark.parametrize("over, reason", [
+    ({}, "the revision of org/chat@main is pinned by the hub in each run (engine_service_model_lock_dir is not set)"),
+    ({"engine_service_model_refresh": True}, "the revision of org/chat@main is pinned again (engine_service_model_refresh)"),
+])
+def test_without_a_kept_lock_the_pins_are_left_to_the_pinning_step_and_the_node_is_not_asked(tmp_path, over, reason):
+    variables = role_vars(**over)
+    if over:
+        variables["engine_service_model_lock_dir"] = keep_locks(tmp_path)
+    res, calls = _run({"environment": ENV}, settled_survey([]), task_vars=variables)
+    assert calls == []
+    assert res["pins_needed"] is True and res["settled"] is False and res["changed"] is False, res
+    assert res["reasons"][0] == reason and len(res["reasons"]) == 2
+    assert res["msg"] == "n1: its models are pinned first (%s)" % "; ".join(res["reasons"])
+    assert "ansible_stats" not in res and not res.get("failed")
+
+
+def test_a_lock_not_written_yet_or_one_that_cannot_be_used_is_left_to_the_pinning_step(tmp_path):
+    lock_dir = keep_locks(tmp_path, {"org/chat@main": LOCKS["org/chat@main"]})
+    res, calls = _run({"environment": ENV}, settled_survey([]),
+                      task_vars=role_vars(engine_service_model_lock_dir=lock_dir))
+    assert calls == [] and res["reasons"] == ["no lock of org/code@v1 is kept in %s yet" % lock_dir]
+    # a lock of another revision in the file: hf_revision's own words, and the pinning step says them again
+    (tmp_path / "locks" / "org--code@v1.json").write_text(lock_text(lock_of("org/code", OTHER, "v2")))
+    res, calls = _run({"environment": ENV}, settled_survey([]),
+                      task_vars=role_vars(engine_service_model_lock_dir=lock_dir))
+    assert calls == [] and res["pins_needed"] is True
+    assert res["reasons"][0].startswith("lock_file %s/org--code@v1.json holds the lock of org/code at v2" % lock_dir)
+
+
+def test_a_model_on_gpus_needs_the_gpus_given_else_they_are_read_with_the_pins(tmp_path):
+    models = [{"name": "chat", "model": "org/chat", "revision": "main", "port": 8000, "gpus": [0]}]
+    variables = role_vars(engine_service_models=models, engine_service_model_lock_dir=keep_locks(tmp_path))
+    res, calls = _run({"environment": ENV}, settled_survey([]), task_vars=variables)
+    assert calls == [] and res["reasons"] == ["the node's GPUs are read with the pins (a model is placed on them)"]
+    res, calls = _run({"environment": ENV, "gpus": NODE_GPUS}, settled_survey(["llmfleet-vllm-chat.service"]),
+                      task_vars=variables)
+    assert res["settled"] is True and calls[0][1]["units"][0]["text"].endswith(" " + json.dumps(NODE_GPUS))
+
+
+def test_a_bad_variable_fails_the_host_before_anything_is_read(tmp_path):
+    variables = role_vars(engine_service_model_lock_dir=keep_locks(tmp_path), engine_service_steady_timeout=0,
+                          engine_service_gateways=["gw9"])
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]), task_vars=variables, host="gpu-3")
+    assert calls == [] and res["failed"] is True
+    assert res["msg"] == (
+        "host gpu-3: variable engine_service_steady_timeout is 0, allowed: a whole number of seconds, 1 or more;"
+        ' variable engine_service_gateways is ["gw9"], allowed: a list of inventory hosts that run'
+        " llmfleet.engines.engine_gateway. Fix it in the inventory (host_vars/gpu-3.yml or its group's variables).")
+    # without validate, the look does not check them (the role's full way has checked them already)
+    res, calls = _run({"environment": ENV}, settled_survey(["llmfleet-vllm-chat.service"]), task_vars=variables)
+    assert not res.get("failed") and len(calls) == 1
+
+
+def test_outside_the_role_the_look_names_the_variable_it_lacks():
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]))
+    assert calls == [] and res["failed"] is True
+    assert res["msg"].startswith("host n1: engine_service_look reads the variable engine_service_models of the"
+                                 " llmfleet.engines.engine_service role, which is not set")
+    variables = role_vars()
+    del variables["__engine_service_rendered"]
+    res, calls = _run({"environment": ENV, "locks": LOCKS}, settled_survey([]), task_vars=variables)
+    assert calls == [] and res["failed"] is True and "renders the units with the" in res["msg"]

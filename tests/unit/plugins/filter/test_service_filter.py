@@ -58,7 +58,7 @@ def test_each_filter_has_its_documentation_file():
     assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures",
                          "engine_service_model_pins",
                          "engine_service_problems", "engine_service_says", "engine_service_secret_file", "engine_service_unit_states",
-                         "engine_service_units"]
+                         "engine_service_units", "engine_service_variable_problems"]
     for name in F:
         doc = yaml.safe_load((REPO / "plugins" / "filter" / (name + ".yml")).read_text())
         assert doc["DOCUMENTATION"]["name"] == name

@@ -31,9 +31,14 @@ _MORE_CHECKED = CHECKED + ("engine_node_cache_url", "engine_node_fleet_lock_dir"
 _LINK = "engines/vllm/current"
 
 
+# libyaml's loader where PyYAML has it: the spec is read once per host and task, and the pure-Python
+# loader takes about 8 times as long for it
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _spec_options(path):
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+        return yaml.load(handle, Loader=_LOADER)["argument_specs"]["main"]["options"]
 
 
 def link_name(link):
@@ -110,6 +115,7 @@ class ActionModule(ActionBase):
             result["warnings"] = probe.pop("warnings", [])
             probe.pop("invocation", None)
             probe.pop("deprecations", None)
+            result["gpus"] = probe.get("gpus") or []
         facts = decide(probe, version, build, package, root)
         plan, action = facts["__engine_node_plan"], facts["__engine_node_action"]
         # the decision, which the role's apply step starts from on a node that changes

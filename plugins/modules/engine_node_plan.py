@@ -101,6 +101,14 @@ plan:
   description: The decision (the build plan, the wanted and current environments, gpu_probe's facts), for the role's next step.
   returned: success
   type: dict
+gpus:
+  description:
+    - The node's GPUs as M(llmfleet.engines.gpu_probe) read them (index, name, UUID, memory of each; empty without
+      a driver), for the roles that place models on them in the same run (the C(llmfleet.engines.engine_service)
+      role's look).
+  returned: when the node was read (O(build) is not V(none))
+  type: list
+  elements: dict
 msg:
   description: What the node runs, in one line.
   returned: when RV(action) is V(unchanged) or V(none)

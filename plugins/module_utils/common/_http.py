@@ -47,11 +47,6 @@ import time
 import urllib.error
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from ansible.module_utils.urls import (
-    ConnectionError as UrlsConnectionError,
-    SSLValidationError,
-    open_url,
-)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 USER_AGENT = "llmfleet.engines (ansible-module)"
@@ -438,6 +433,23 @@ class Answer(object):
         close_quietly(self._raw)
 
 
+def open_url(url, **kwargs):
+    """``ansible.module_utils.urls.open_url``, imported at the first request. That import (urllib,
+    http.cookiejar, email, the cryptography package, about 60 ms) is then paid only by what sends a
+    request: the controller's filters and actions that read this module's names (through ``_ready``)
+    run once per host and task, and do not need it."""
+    from ansible.module_utils.urls import open_url as urls_open_url  # pylint: disable=import-outside-toplevel
+
+    return urls_open_url(url, **kwargs)
+
+
+def _urls_errors():
+    """``(ConnectionError, SSLValidationError)`` of ``ansible.module_utils.urls`` (see :func:`open_url`)."""
+    from ansible.module_utils import urls  # pylint: disable=import-outside-toplevel
+
+    return urls.ConnectionError, urls.SSLValidationError
+
+
 def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
            timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
            allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
@@ -634,6 +646,7 @@ class HttpClient(object):
         a failure on a redirect's hop on another origin names it), or the policy's refusals
         (:class:`SchemeError`, :class:`RedirectError`, :class:`PlainHttpCredentialError`); secrets masked."""
         asked = []
+        urls_connection_error, ssl_validation_error = _urls_errors()
         try:
             return follow(
                 url,
@@ -656,7 +669,7 @@ class HttpClient(object):
             exc.msg = self.redact(exc.msg)
             exc.args = (exc.msg,)
             raise
-        except (SSLValidationError, ssl.SSLCertVerificationError) as exc:
+        except (ssl_validation_error, ssl.SSLCertVerificationError) as exc:
             raise self.certificate_error(url, exc, asked)
         except urllib.error.URLError as exc:
             reason = exc.reason
@@ -667,7 +680,7 @@ class HttpClient(object):
             raise TryAgain("connection failed%s: %s" % (_elsewhere(url, asked), self.redact(reason)))
         except (socket.timeout, TimeoutError):
             raise TryAgain("timed out after %s s%s" % (self.timeout, _elsewhere(url, asked)))
-        except (UrlsConnectionError, http.client.HTTPException, ConnectionError, OSError) as exc:
+        except (urls_connection_error, http.client.HTTPException, ConnectionError, OSError) as exc:
             raise TryAgain("connection failed%s: %s" % (
                 _elsewhere(url, asked), self.redact(exc or exc.__class__.__name__)))
 

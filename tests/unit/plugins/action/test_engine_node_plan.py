@@ -77,6 +77,8 @@ def test_a_converged_node_is_one_module_call_and_summed_up():
     assert res["ansible_stats"]["per_host"] is False and res["ansible_stats"]["aggregate"] is True
     assert "invocation" not in res["plan"]["__engine_node_facts"]
     assert not res.get("failed")
+    # the GPUs the probe read, for engine_service's look in the same run
+    assert res["gpus"] == H100["gpus"]
 
 
 def test_a_node_that_must_change_is_left_to_the_next_step_with_the_decision():
@@ -90,7 +92,7 @@ def test_a_node_that_must_change_is_left_to_the_next_step_with_the_decision():
 
 def test_build_none_reads_nothing_on_the_node():
     res, calls = _run(dict(ARGS, build="none"), _vars(engine_node_build="none"))
-    assert calls == [] and res["action"] == "none"
+    assert calls == [] and res["action"] == "none" and "gpus" not in res
     assert res["msg"].startswith("n1: engine_node_build is none: no engine is installed on this node")
 
 

@@ -220,6 +220,8 @@ def test_check_mode_looks_without_a_gate_or_a_record(node, upstream, tmp_path):
     assert run.rc == 0, run.explain()
     look = looked(run)
     assert look["settled"] is True and look["gates"] == [], look
+    # the lock the first run kept is read back on the controller: one look, the hub not asked
+    assert len(looks(run)) == 1 and pinned_by_the_hub(run) == 0, run.explain()
     assert record.read_text() == before
     assert full_way(run) == 0, run.explain()
 

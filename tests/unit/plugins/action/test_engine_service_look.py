@@ -321,7 +321,8 @@ def role_vars(**over):
     return out
 
 
-def keep_locks(tmp_path, locks=LOCKS):
+def keep_locks(tmp_path, locks=None):
+    locks = LOCKS if locks is None else locks
     folder = tmp_path / "locks"
     folder.mkdir(mode=0o755)
     for pin in engine_service_model_pins(MODELS):

@@ -56,18 +56,20 @@ def test_a_missing_variable_is_an_error_naming_it():
 @pytest.mark.parametrize("name,value,problem", [
     ("engine_service_steady_timeout", 0,
      "variable engine_service_steady_timeout is 0, allowed: a whole number of seconds, 1 or more"),
-    ("engine_service_lock_wait", "soon", 'variable engine_service_lock_wait is "soon", allowed: a whole number of'
-                                          " seconds, 0 or more"),
+    ("engine_service_lock_wait", "soon",
+     'variable engine_service_lock_wait is "soon", allowed: a whole number of seconds, 0 or more'),
     ("engine_service_gateway_drain_timeout", -1,
      "variable engine_service_gateway_drain_timeout is -1, allowed: a whole number of seconds, 0 or more"),
-    ("engine_service_gateways", ["gw9"], 'variable engine_service_gateways is ["gw9"], allowed: a list of inventory'
-                                         " hosts that run llmfleet.engines.engine_gateway"),
-    ("engine_service_gateways", "gw1", 'variable engine_service_gateways is "gw1", allowed: a list of inventory hosts'
-                                       " that run llmfleet.engines.engine_gateway"),
+    ("engine_service_gateways", ["gw9"],
+     'variable engine_service_gateways is ["gw9"], allowed: a list of inventory hosts that run'
+     " llmfleet.engines.engine_gateway"),
+    ("engine_service_gateways", "gw1",
+     'variable engine_service_gateways is "gw1", allowed: a list of inventory hosts that run'
+     " llmfleet.engines.engine_gateway"),
     ("engine_service_lock_stale", 59,
      "variable engine_service_lock_stale is 59, allowed: a whole number of seconds, 60 or more"),
-    ("engine_service_shm_min_mib", "1G", 'variable engine_service_shm_min_mib is "1G", allowed: a whole number of MiB,'
-                                         " 0 or more"),
+    ("engine_service_shm_min_mib", "1G",
+     'variable engine_service_shm_min_mib is "1G", allowed: a whole number of MiB, 0 or more'),
     ("engine_service_model_progress_interval", 0,
      "variable engine_service_model_progress_interval is 0, allowed: a whole number of seconds, 1 or more"),
     ("engine_service_model_timeout", 30,

@@ -39,7 +39,7 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks i
 )
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import engine_service_secret_file
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import is_commit, read_kept_lock
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
 # Each option left out of the task, and the role's variable it then is.
@@ -80,8 +80,8 @@ def kept_locks(pins, locks, lock_dir, refresh, read):
             reasons.append("the revision of %s is pinned again (engine_service_model_refresh)" % pin["key"])
             continue
         revision = pin["revision"]
-        if len(revision) == 40 and all(c in "0123456789abcdefABCDEF" for c in revision):
-            revision = revision.lower()  # a commit, as hf_revision reads it
+        if is_commit(revision):
+            revision = revision.lower()  # as hf_revision reads a commit
         path = os.path.join(lock_dir, pin["file"])
         try:
             lock = read(path, pin["repo"], revision)
@@ -157,12 +157,13 @@ class ActionModule(ActionBase):
             raise KeyError(name)
         return self._templar.template(task_vars[name])
 
-    def _options(self, task_vars):
-        """The task's arguments, each one left out taken from the role's variable (``_ROLE``)."""
+    def _options(self, task_vars, known):
+        """The task's arguments, each one left out taken from the role's variable (``_ROLE``): from ``known``
+        (the variables the check templated already), else templated here."""
         args = dict(self._task.args)
         for option, variable in _ROLE.items():
             if option not in args:
-                args[option] = self._variable(variable, task_vars)
+                args[option] = known[variable] if variable in known else self._variable(variable, task_vars)
         if "cache_dir" not in args:
             args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars)
         return args
@@ -178,6 +179,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         host = task_vars.get("inventory_hostname", "")
+        values = {}
         try:
             if boolean(self._task.args.get("validate", False), strict=False):
                 values = {name: self._variable(name, task_vars) for name in VARIABLES}
@@ -187,7 +189,7 @@ class ActionModule(ActionBase):
                         "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
                         % (host, "; ".join(problems), host)))
                     return result
-            args = self._options(task_vars)
+            args = self._options(task_vars, values)
         except KeyError as exc:
             result.update(failed=True, msg="host %s: engine_service_look reads the variable %s of the"
                                            " llmfleet.engines.engine_service role, which is not set: run it from"

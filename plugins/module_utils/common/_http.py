@@ -33,6 +33,11 @@ followed by hand, one ``open_url`` per hop with ``follow_redirects="none"``, and
   (``localhost``, 127.0.0.0/8, ``::1``), unless the caller allows it (the modules' option
   ``allow_plain_http_token``, devpi's ``allow_plain_http_password``); refused before anything is
   sent.
+
+One TLS context per client (:meth:`HttpClient.context_for`): built at the client's first ``https``
+request, as ``open_url`` builds it, and used for every later one; none is built for a plain ``http``
+request. ``open_url`` alone builds a context for every call, reading the system's CA certificates each
+time (about 20 ms of CPU): four times in each readiness gate of a loopback server, which speaks no TLS.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import ipaddress
 import json
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -433,14 +439,29 @@ class Answer(object):
         close_quietly(self._raw)
 
 
-def open_url(url, **kwargs):
+def open_url(url, context=None, **kwargs):
     """``ansible.module_utils.urls.open_url``, imported at the first request. That import (urllib,
     http.cookiejar, email, the cryptography package, about 60 ms) is then paid only by what sends a
     request: the controller's filters and actions that read this module's names (through ``_ready``)
-    run once per host and task, and do not need it."""
-    from ansible.module_utils.urls import open_url as urls_open_url  # pylint: disable=import-outside-toplevel
+    run once per host and task, and do not need it.
 
-    return urls_open_url(url, **kwargs)
+    ``context``: the TLS context to use (``urls.Request.open``'s); without it, one is built for this
+    call, as ``open_url`` builds it."""
+    # pylint: disable-next=import-outside-toplevel
+    from ansible.module_utils.urls import Request, open_url as urls_open_url
+
+    if context is None:
+        return urls_open_url(url, **kwargs)
+    method = kwargs.pop("method", None) or ("POST" if kwargs.get("data") else "GET")
+    return Request().open(method, url, context=context, **kwargs)
+
+
+def _no_tls_context():
+    """A TLS context that trusts no certificate, for a plain ``http`` request: urllib makes no TLS
+    connection for it (and ``open_url`` follows no redirect: :func:`follow` does, hop by hop), so it is
+    never used; were it used, it would refuse every server rather than trust one."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, knows no CA
+    return context
 
 
 def _urls_errors():
@@ -453,7 +474,7 @@ def _urls_errors():
 def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
            timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
            allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
-           opener=None, trace=None):
+           opener=None, trace=None, tls=None):
     """``method`` on ``url``, redirects followed by hand under the collection's one policy (see this
     file's docstring): one call of ``opener`` (``open_url`` by default, called as ``open_url`` is)
     per hop, with ``follow_redirects="none"``. Returns the :class:`Answer` of the first answer that
@@ -467,7 +488,8 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
     Raises :class:`SchemeError`, :class:`RedirectError` or :class:`PlainHttpCredentialError`, none
     of which holds a credential; whatever ``opener`` raises besides an HTTP error answer (connection
     errors, time-outs, TLS) comes as it came. ``trace``, a list, gets each URL asked (without
-    userinfo), so that a caller can name the host that failed."""
+    userinfo), so that a caller can name the host that failed. ``tls``, a callable, gives the TLS context
+    of each hop's URL (``opener`` gets it as ``context``; :meth:`HttpClient.context_for`)."""
     opener = opener or open_url
     plain, secret = split_credentials(headers, credential_headers)
     secret.update(credentials or {})
@@ -495,10 +517,11 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
             target = without_userinfo(current)
         if trace is not None:
             trace.append(without_userinfo(current))
+        extra = {"context": tls(current)} if tls is not None else {}
         try:
             raw = opener(target, method=method, data=data, headers=send, timeout=timeout,
                          validate_certs=validate_certs, http_agent=http_agent, follow_redirects="none",
-                         use_netrc=False, decompress=decompress)
+                         use_netrc=False, decompress=decompress, **extra)
             status = raw.getcode() if hasattr(raw, "getcode") else getattr(raw, "status", 200)
         except urllib.error.HTTPError as exc:
             raw = exc
@@ -585,8 +608,23 @@ class HttpClient(object):
         self.allow_option = allow_option
         self.credential_headers = tuple(credential_headers or ())
         self.max_redirects = max_redirects
+        self._tls = None
+        self._tls_guard = threading.Lock()  # the hub's downloads share a client between threads
 
     # -- helpers ---------------------------------------------------------------------------
+    def context_for(self, url):
+        """The TLS context of a request to ``url``: this client's one for ``https`` (built at the
+        first, with ``urls.make_context`` and this client's ``validate_certs``, as ``open_url`` builds
+        one per call), one that is never used for plain ``http`` (:func:`_no_tls_context`)."""
+        if origin(url)[0] != "https":
+            return _no_tls_context()
+        with self._tls_guard:
+            if self._tls is None:
+                from ansible.module_utils.urls import make_context  # pylint: disable=import-outside-toplevel
+
+                self._tls = make_context(validate_certs=self.validate_certs)
+            return self._tls
+
     def redact(self, text):
         """``text`` with every secret replaced by a mask."""
         text = "" if text is None else str(text)
@@ -664,6 +702,8 @@ class HttpClient(object):
                 max_redirects=self.max_redirects,
                 opener=opener,
                 trace=asked,
+                # an opener of the caller's own builds its own contexts (devpi's is ansible's open_url)
+                tls=self.context_for if opener is None else None,
             )
         except (SchemeError, RedirectError, PlainHttpCredentialError) as exc:
             exc.msg = self.redact(exc.msg)

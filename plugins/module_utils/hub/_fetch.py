@@ -28,7 +28,6 @@ import re
 import socket
 import threading
 
-from ansible.module_utils.urls import Request, make_context
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import MAX_REDIRECTS, origin  # pylint: disable=unused-import
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import CHUNK_SIZE, CacheError, Digest
@@ -118,21 +117,6 @@ class Fetcher(object):
             secrets=[self.token] if self.token else None, user_agent=user_agent,
             allow_plain_http_credentials=allow_plain_http_token, allow_option="allow_plain_http_token",
             max_redirects=MAX_REDIRECTS)
-        self._context = None
-        self._context_guard = threading.Lock()
-
-    def _opener(self):
-        """``open_url`` as ``_http.follow`` calls it, with one TLS context for every hop of every
-        download of this fetcher (``open_url`` builds one per call, reading the system's CA
-        certificates each time: about 50 ms of CPU, under the GIL, per hop)."""
-        with self._context_guard:
-            if self._context is None:
-                self._context = make_context(validate_certs=self.client.validate_certs)
-            context = self._context
-
-        def opener(url, method=None, data=None, **kwargs):
-            return Request().open(method or ("POST" if data else "GET"), url, data=data, context=context, **kwargs)
-        return opener
 
     def _open(self, url, offset):
         """The answer to GET ``url`` from byte ``offset`` (one attempt of the client): (answer, final
@@ -142,7 +126,7 @@ class Fetcher(object):
             headers["Range"] = "bytes=%d-" % offset
         credentials = {"Authorization": "Bearer %s" % self.token} if self.token else None
         try:
-            resp = self.client.open(url, headers, credentials=credentials, decompress=False, opener=self._opener())
+            resp = self.client.open(url, headers, credentials=credentials, decompress=False)
         except (_http.SchemeError, _http.RedirectError, _http.PlainHttpCredentialError) as exc:
             raise Refused(url, exc.msg)
         cache_status = None

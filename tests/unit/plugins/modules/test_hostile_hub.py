@@ -12,9 +12,7 @@ unmasked, and each test greps those logs for them."""
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
-import ipaddress
 import json
 import os
 import socket
@@ -108,30 +106,6 @@ def other():
     """One more origin (127.0.0.1, a port of its own)."""
     with ForeignOrigin() as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory):
-    """A self-signed certificate for 127.0.0.1 (the clients run with validate_certs=false)."""
-    x509 = pytest.importorskip("cryptography.x509")
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    top = tmp_path_factory.mktemp("tls")
-    (top / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (top / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))
-    return str(top / "cert.pem"), str(top / "key.pem")
 
 
 @pytest.fixture

@@ -104,7 +104,8 @@ class ActionModule(ActionBase):
         package, root = str(args.get("package") or "vllm"), str(args["root"])
         probe = {}
         if build != "none":
-            module_args = {"link": "%s/%s" % (root, _LINK)}
+            # the plan needs the driver and the GPUs, not the CUDA version (nvidia-smi -q -x, the slow call)
+            module_args = {"link": "%s/%s" % (root, _LINK), "cuda": False}
             if args.get("nvidia_smi"):
                 module_args["nvidia_smi"] = args["nvidia_smi"]
             probe = self._execute_module(module_name="llmfleet.engines.gpu_probe", module_args=module_args,
@@ -133,6 +134,10 @@ class ActionModule(ActionBase):
             result["ansible_stats"] = {"data": {"engine_node": engine_node_stats(summed)}, "per_host": False,
                                        "aggregate": True}
             result["msg"] = engine_node_summary(summed, None, root)
-            # the line shows without -v, as the role's closing assert showed it
-            result["_ansible_verbose_always"] = True
+            if summed.get("fallback") or (action == "none" and summed.get("requested") != "none"):
+                # a line worth reading (no engine here, and why; auto keeping a build after a failed GPU
+                # check) shows without -v. A node with nothing to do is an "ok", its line shown with -v:
+                # the whole result of every node, printed in each run, cost the controller more than the
+                # node's module call, and told nothing new.
+                result["_ansible_verbose_always"] = True
         return result

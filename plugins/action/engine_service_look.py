@@ -247,5 +247,5 @@ class ActionModule(ActionBase):
         result["ansible_stats"] = {"data": {"engine_service": {host: summed}}, "per_host": False, "aggregate": True}
         result["msg"] = (engine_service_readiness(summed["gates"], host) if summed["gates"] else
                          "%s: settled, serving %s (check mode: no gate asked)" % (host, ", ".join(units)))
-        result["_ansible_verbose_always"] = True
+        # an "ok", its line shown with -v (as engine_node_plan's for a node with nothing to do)
         return result

@@ -53,6 +53,16 @@ options:
       - Seconds each C(nvidia-smi) command may take before it is stopped and the task fails.
     type: int
     default: 30
+  cuda:
+    description:
+      - Also read the newest CUDA the driver supports (RV(cuda_version)), from C(nvidia-smi -q -x).
+      - That is a second command, and the slower one (it reads the whole state of every GPU: seconds on a node
+        of eight). The driver version, the GPUs and the choice of a build do not need it.
+      - V(false) runs C(nvidia-smi --query-gpu) alone; RV(cuda_version) is then null. The C(engine_node) role's
+        first step (P(llmfleet.engines.engine_node_plan#module), in each run on every node) reads no more.
+    type: bool
+    default: true
+    version_added: 0.10.0
   python:
     description:
       - Interpreter of an engine environment in which to run the compute check, for example
@@ -171,7 +181,7 @@ driver_version:
   type: str
   sample: "580.65.06"
 cuda_version:
-  description: Newest CUDA version the driver supports; null without a working driver.
+  description: Newest CUDA version the driver supports; null without a working driver, or with O(cuda=false).
   returned: always
   type: str
   sample: "13.0"
@@ -385,6 +395,7 @@ def main():
         argument_spec=dict(
             nvidia_smi=dict(type="path"),
             timeout=dict(type="int", default=30),
+            cuda=dict(type="bool", default=True),
             python=dict(type="path"),
             python_timeout=dict(type="int", default=180),
             engine=dict(type="str", default="vllm", choices=["vllm", "none"]),
@@ -410,7 +421,7 @@ def main():
                              untrusted=problem.as_dict())
     run = Runner()
     try:
-        facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"])
+        facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"], cuda=params["cuda"])
     except _gpu.GpuError as exc:
         module.fail_json(msg="reading the node's GPUs: %s" % exc)
     result = dict(changed=False, **facts)

@@ -13,14 +13,15 @@ whole process group then.
 
 Public entry points
 -------------------
-``gather_facts(run, nvidia_smi, timeout=30) -> dict``
+``gather_facts(run, nvidia_smi, timeout=30, cuda=True) -> dict``
     ``{"nvidia_smi": path|None, "driver_version": str|None, "cuda_version": str|None,
     "gpus": [{"index": int, "name": str, "uuid": str, "compute_capability": str|None,
     "memory_mib": int|None}], "gpu_count": int, "driver_error": str|None,
     "glibc": str|None, "architecture": str}``.
     No ``nvidia-smi``, or one that cannot talk to the driver, is a fact (``driver_version``
     None, no GPUs, ``driver_error`` says why). Raises :class:`NvidiaSmiTimeout` when
-    ``nvidia-smi`` hangs and :class:`NvidiaSmiError` when it fails otherwise.
+    ``nvidia-smi`` hangs and :class:`NvidiaSmiError` when it fails otherwise. ``cuda`` false: one
+    command (``--query-gpu``), no ``-q -x``; ``cuda_version`` is None.
 
 ``compute_check(run, python, timeout, env=None, engine="vllm") -> dict``
     Runs :data:`COMPUTE_CHECK_SCRIPT` in ``python`` (an engine environment's interpreter) in
@@ -379,8 +380,9 @@ def _no_driver(rc, text):
     return rc in _NO_DRIVER_RC or bool(_NO_DRIVER.search(text or ""))
 
 
-def gather_facts(run, nvidia_smi, timeout=30):
-    """The node's GPU facts (see the module docstring for the shape)."""
+def gather_facts(run, nvidia_smi, timeout=30, cuda=True):
+    """The node's GPU facts (see the module docstring for the shape). ``cuda`` false: no ``-q -x``, the
+    second and slower call (it reads every GPU's whole state), and ``cuda_version`` stays None."""
     facts = {
         "nvidia_smi": nvidia_smi or None,
         "driver_version": None,
@@ -428,20 +430,19 @@ def gather_facts(run, nvidia_smi, timeout=30):
             "%s exited %d: %s" % (" ".join(query_argv(nvidia_smi, fields)), rc, last_chars(text, 1000))
         )
     driver, gpus = parse_query(out, fields)
-
-    rc, out, err = smi(xml_argv(nvidia_smi))
-    if rc != 0:
-        text = (out + "\n" + err).strip()
-        if _no_driver(rc, text):
-            facts["driver_error"] = last_chars(text, 500)
-            return facts
-        raise NvidiaSmiError("%s -q -x exited %d: %s" % (nvidia_smi, rc, last_chars(text, 1000)))
-    info = parse_xml(out)
-
-    facts["driver_version"] = info["driver_version"] or driver
-    facts["cuda_version"] = info["cuda_version"]
-    facts["gpus"] = gpus
-    facts["gpu_count"] = len(gpus)
+    cuda_version = None
+    if cuda:
+        rc, out, err = smi(xml_argv(nvidia_smi))
+        if rc != 0:
+            text = (out + "\n" + err).strip()
+            if _no_driver(rc, text):
+                facts["driver_error"] = last_chars(text, 500)
+                return facts
+            raise NvidiaSmiError("%s -q -x exited %d: %s" % (nvidia_smi, rc, last_chars(text, 1000)))
+        info = parse_xml(out)
+        driver = info["driver_version"] or driver
+        cuda_version = info["cuda_version"]
+    facts.update(driver_version=driver, cuda_version=cuda_version, gpus=gpus, gpu_count=len(gpus))
     return facts
 
 

@@ -70,13 +70,16 @@ ARGS = {"version": "0.20.0", "build": "auto", "package": "vllm", "root": "/opt/l
 def test_a_converged_node_is_one_module_call_and_summed_up():
     link = {"is_link": True, "target": "/opt/llmfleet/engines/vllm/0.20.0-cu13", "target_exists": True}
     res, calls = _run(dict(ARGS), _vars(), link=link)
-    assert calls == [("llmfleet.engines.gpu_probe", {"link": "/opt/llmfleet/engines/vllm/current"})]
+    # no nvidia-smi -q -x: the plan reads the driver and the GPUs, not the CUDA version
+    assert calls == [("llmfleet.engines.gpu_probe", {"link": "/opt/llmfleet/engines/vllm/current", "cuda": False})]
     assert (res["action"], res["current"], res["wanted"], res["pending"]) == ("unchanged", "0.20.0-cu13", "cu13", "")
     assert res["msg"] == "n1: vllm 0.20.0 cu13 is current (/opt/llmfleet/engines/vllm/0.20.0-cu13); nothing to do."
     assert res["ansible_stats"]["data"]["engine_node"]["n1"]["action"] == "unchanged"
     assert res["ansible_stats"]["per_host"] is False and res["ansible_stats"]["aggregate"] is True
     assert "invocation" not in res["plan"]["__engine_node_facts"]
     assert not res.get("failed")
+    # an "ok" like any module's, its line with -v: nothing to read in each hourly run
+    assert "_ansible_verbose_always" not in res
     # the GPUs the probe read, for engine_service's look in the same run
     assert res["gpus"] == H100["gpus"]
 
@@ -94,6 +97,17 @@ def test_build_none_reads_nothing_on_the_node():
     res, calls = _run(dict(ARGS, build="none"), _vars(engine_node_build="none"))
     assert calls == [] and res["action"] == "none" and "gpus" not in res
     assert res["msg"].startswith("n1: engine_node_build is none: no engine is installed on this node")
+    assert "_ansible_verbose_always" not in res  # what the inventory asked for
+
+
+def test_a_node_no_build_can_run_on_says_why_without_v():
+    probe = dict(H100, driver_version="470.82.01", cuda_version="11.4",
+                 gpus=[{"index": 0, "name": "Tesla K80", "uuid": "GPU-k", "compute_capability": "3.7",
+                        "memory_mib": 11441}])
+    res, _calls = _run(dict(ARGS), _vars(), probe=probe)
+    assert res["action"] == "none" and not res.get("failed")
+    assert res["msg"].startswith("n1: no engine is installed on this node: ")
+    assert res["_ansible_verbose_always"] is True  # a line worth reading in each run, until the node changes
 
 
 def test_a_bad_variable_fails_the_host_naming_it_before_the_node_is_read():

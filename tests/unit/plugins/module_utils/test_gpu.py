@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds, _gpu
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _proc
 from tests.unit.plugins.python_envs import fake_runtime_env, make_env
 
@@ -130,6 +130,27 @@ def test_facts_ask_both_commands_each_within_the_timeout(smi_path):
     assert facts["driver_version"] == "535.104.05" and facts["cuda_version"] == "12.2"
     assert facts["gpu_count"] == 1 and facts["gpus"][0]["compute_capability"] == "8.0"
     assert facts["driver_error"] is None and facts["nvidia_smi"] == smi_path
+
+
+def test_without_cuda_one_command_gives_the_driver_and_the_gpus(smi_path):
+    """cuda=False (the engine_node plan of every run): no -q -x, the slow command on a node of many GPUs."""
+    runner = Canned((0, A100_CSV, ""))
+    facts = _gpu.gather_facts(runner, smi_path, timeout=7, cuda=False)
+    assert runner.commands() == [QUERY]
+    assert facts["driver_version"] == "535.104.05" and facts["cuda_version"] is None
+    assert facts["gpu_count"] == 1 and facts["gpus"][0]["compute_capability"] == "8.0"
+    assert facts["driver_error"] is None
+
+
+@pytest.mark.parametrize("case", sorted(NODES))
+def test_the_build_chosen_without_cuda_is_the_one_chosen_with_it(monkeypatch, case):
+    """What the plan decides from (the driver, the GPUs) is the same with one command as with both."""
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CASE", str(SMI_CASES / case))
+    both = _gpu.gather_facts(real_run, FAKE_SMI, timeout=20)
+    one = _gpu.gather_facts(real_run, FAKE_SMI, timeout=20, cuda=False)
+    assert dict(one, cuda_version=both["cuda_version"]) == both
+    for version in ("0.20.0", "0.11.0", "0.31.0"):
+        assert _builds.choose(one, version, "auto") == _builds.choose(both, version, "auto")
 
 
 @pytest.mark.parametrize("rc, out", [(9, NOT_ANSWERING), (12, "NVML Shared Library Not Found\n"),

@@ -17,8 +17,9 @@ description:
     a bad value fails the host with a message that names the host, the variable, the value and
     what is allowed.
   - Reads the node's NVIDIA driver, GPUs, glibc, architecture and where C(<root>/engines/vllm/current)
-    points, with M(llmfleet.engines.gpu_probe) (skipped for O(build=none)), and decides the build
-    as the P(llmfleet.engines.engine_build_plan#filter) filter does.
+    points, with M(llmfleet.engines.gpu_probe) (skipped for O(build=none); one C(nvidia-smi) command,
+    C(cuda=false): the CUDA version the driver supports does not decide the build, so the plan's facts have
+    none), and decides the build as the P(llmfleet.engines.engine_build_plan#filter) filter does.
   - Its RV(action) is V(unchanged) when C(current) is the environment the node should run,
     V(none) when the node runs no engine, and V(look) otherwise (the role then looks at the
     environments on disk, and switches or installs). For V(unchanged) and V(none) it also returns
@@ -110,7 +111,10 @@ gpus:
   type: list
   elements: dict
 msg:
-  description: What the node runs, in one line.
+  description:
+    - What the node runs, in one line.
+    - Shown with C(-v). Shown without it too where it says more than "nothing to do" (no build runs on this node,
+      and why; V(auto) keeping a build after a failed GPU check).
   returned: when RV(action) is V(unchanged) or V(none)
   type: str
   sample: "node1: vllm 0.20.0 cu13 is current (/opt/llmfleet/engines/vllm/0.20.0-cu13); nothing to do."

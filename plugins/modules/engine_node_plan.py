@@ -18,8 +18,8 @@ description:
     what is allowed.
   - Reads the node's NVIDIA driver, GPUs, glibc, architecture and where C(<root>/engines/vllm/current)
     points, with M(llmfleet.engines.gpu_probe) (skipped for O(build=none); one C(nvidia-smi) command,
-    C(cuda=false): the CUDA version the driver supports does not decide the build, so the plan's facts have
-    none), and decides the build as the P(llmfleet.engines.engine_build_plan#filter) filter does.
+    with C(cuda=false), as the CUDA version the driver supports does not decide the build and the plan's
+    facts go without it), and decides the build as the P(llmfleet.engines.engine_build_plan#filter) filter does.
   - Its RV(action) is V(unchanged) when C(current) is the environment the node should run,
     V(none) when the node runs no engine, and V(look) otherwise (the role then looks at the
     environments on disk, and switches or installs). For V(unchanged) and V(none) it also returns

@@ -31,8 +31,8 @@ description:
     role's preflight does (P(llmfleet.engines.engine_service_placement_problems#filter)).
   - A node where all of it holds is settled. It is summed up as the role's last step sums a node
     up (the keys of C(engine_service_result), with RV(mode) V(steady) and RV(settled) true), its
-    readiness is told (the result's C(msg), shown with C(-v): a settled node is an C(ok) like any module's), and it
-    is added to the play's stats under C(engine_service).
+    readiness is told (the result's C(msg), shown with C(-v), as a settled node is an C(ok) like any module's),
+    and it is added to the play's stats under C(engine_service).
   - Any other node gets RV(settled) false and RV(reasons), and takes the role's full way.
   - Meant for the role's own task files; a playbook uses the role's C(look) entry point. Each option left out is
     the C(llmfleet.engines.engine_service) role's variable named in its description (the action reads it from the

@@ -56,10 +56,10 @@ options:
   cuda:
     description:
       - Also read the newest CUDA the driver supports (RV(cuda_version)), from C(nvidia-smi -q -x).
-      - That is a second command, and the slower one (it reads the whole state of every GPU: seconds on a node
+      - That is a second command, and the slower one (it reads the whole state of every GPU, seconds on a node
         of eight). The driver version, the GPUs and the choice of a build do not need it.
       - V(false) runs C(nvidia-smi --query-gpu) alone; RV(cuda_version) is then null. The C(engine_node) role's
-        first step (P(llmfleet.engines.engine_node_plan#module), in each run on every node) reads no more.
+        first step (M(llmfleet.engines.engine_node_plan), in each run on every node) reads no more.
     type: bool
     default: true
     version_added: 0.10.0

@@ -4,6 +4,7 @@ context of its own scheme, and the shared context still checks certificates."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 
 import pytest
@@ -44,7 +45,7 @@ def test_plain_http_requests_build_no_tls_context(plain, built):
     """The readiness gate asks a loopback server four times per look: none of it reads the CAs."""
     plain.route("/health", body=b"").route("/v1/models", body={"data": [{"id": "m"}]})
     client = _http.HttpClient(retries=0)
-    for _ in range(3):
+    for _attempt in range(3):
         assert client.get(plain.url + "/health").status == 200
     data, _resp = client.get_json(plain.url + "/v1/models")
     assert data == {"data": [{"id": "m"}]}
@@ -78,7 +79,7 @@ def test_the_shared_context_still_refuses_a_certificate_it_does_not_trust(tls, b
     """validate_certs true (the default): the test's self-signed certificate is refused, every time."""
     tls.route("/a", body=b"first")
     client = _http.HttpClient(retries=0)
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(_http.CertificateError) as err:
             client.get(tls.url + "/a")
         assert "validate_certs" in err.value.msg
@@ -110,6 +111,6 @@ def test_the_context_for_plain_http_trusts_nothing():
     """Never used (urllib opens no TLS connection for http, and follow asks each hop with its own
     context), and were it used it would refuse every server."""
     context = _http.HttpClient().context_for("http://127.0.0.1:1/x")
-    assert context.verify_mode == __import__("ssl").CERT_REQUIRED
+    assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname is True
     assert context.get_ca_certs() == []

@@ -414,9 +414,9 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert "trying the other build, cu129, once" in run.out
     # explicit cu129 on a node that could run cu13
     assert fleet.current("explicit") == "0.20.0-cu129"
-    # none: nothing at all under its root, and the play says so
+    # none: nothing at all under its root; what the inventory asked for is an "ok" (its line with -v)
     assert not fleet.roots["off"].exists()
-    assert "off: engine_node_build is none: no engine is installed on this node" in run.out
+    assert "ok: [off]" in run.out and "off: engine_node_build is none" not in run.out
     # uv: pinned, from this machine's manylinux wheel, the wheel gone afterwards
     for name in ("h100", "a100", "fallback", "explicit"):
         uv_dir = fleet.roots[name] / "uv" / UV_VERSION

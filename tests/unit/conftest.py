@@ -8,6 +8,8 @@ import ipaddress
 import pytest
 from ansible.module_utils.common import warnings as module_warnings
 
+from tests.upstream.server import ForeignOrigin
+
 
 @pytest.fixture(autouse=True)
 def _fresh_module_warnings():
@@ -43,3 +45,17 @@ def tls_files(tmp_path_factory):
     (top / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                     serialization.NoEncryption()))
     return str(top / "cert.pem"), str(top / "key.pem")
+
+
+@pytest.fixture
+def other():
+    """One more origin (127.0.0.1, a port of its own), plain http."""
+    with ForeignOrigin() as server:
+        yield server
+
+
+@pytest.fixture
+def tls_origin(tls_files):
+    """An https origin on 127.0.0.1, with the self-signed certificate of ``tls_files``."""
+    with ForeignOrigin(tls=tls_files) as server:
+        yield server

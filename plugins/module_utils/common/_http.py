@@ -460,8 +460,7 @@ def _no_tls_context():
     """A TLS context that trusts no certificate, for a plain ``http`` request: urllib makes no TLS
     connection for it (and ``open_url`` follows no redirect: :func:`follow` does, hop by hop), so it is
     never used; were it used, it would refuse every server rather than trust one."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, knows no CA
-    return context
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, knows no CA
 
 
 def _urls_errors():

@@ -101,22 +101,8 @@ def trap(request):
         yield server
 
 
-@pytest.fixture
-def other():
-    """One more origin (127.0.0.1, a port of its own)."""
-    with ForeignOrigin() as server:
-        yield server
-
-
-@pytest.fixture
-def tls_origin(tls_files):
-    with ForeignOrigin(tls=tls_files) as server:
-        yield server
-
-
 @pytest.fixture(autouse=True)
 def _quiet(monkeypatch):
-    monkeypatch.setattr(_http, "_sleep", lambda _s: None)
     monkeypatch.setattr(_http, "_sleep", lambda _s: None)
     for name in ("HF_TOKEN", "GITHUB_TOKEN"):
         monkeypatch.delenv(name, raising=False)

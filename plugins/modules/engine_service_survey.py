@@ -256,8 +256,10 @@ def main():
     p = module.params
     if p["snapshots"] and not p["cache_dir"]:
         module.fail_json(msg="cache_dir is required with snapshots")
-    # the gate's client: no retries (the gate polls), api_key only to the engine's own origin
-    client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True)
+    # the gate's client: no retries (the gate polls), api_key only to the engine's own origin, which is
+    # this node's loopback: asked straight through http.client (no proxy, no urllib)
+    client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True,
+                        direct_loopback=True)
     look = Look(p, Runner(), module.get_bin_path("systemctl") or "systemctl",
                 module.get_bin_path("runuser") or "runuser", client,
                 journalctl=module.get_bin_path("journalctl"), check_mode=module.check_mode)

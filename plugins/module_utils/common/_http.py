@@ -38,6 +38,14 @@ One TLS context per client (:meth:`HttpClient.context_for`): built at the client
 request, as ``open_url`` builds it, and used for every later one; none is built for a plain ``http``
 request. ``open_url`` alone builds a context for every call, reading the system's CA certificates each
 time (about 20 ms of CPU): four times in each readiness gate of a loopback server, which speaks no TLS.
+
+A client made with ``direct_loopback`` (the readiness gates': their server is the node's own engine) sends
+each hop to this node's loopback over plain ``http`` straight through ``http.client``
+(:func:`loopback_open`), every other hop through ``open_url``. The redirect policy is the same for both (it
+lives in :func:`follow`, hop by hop); such a hop asks no proxy (a proxy cannot reach this node's loopback,
+and ``open_url`` would send it there where ``no_proxy`` does not name the loopback), and the gate does not
+pay for importing ``ansible.module_utils.urls`` (about 35 ms of CPU, the cryptography package among it) in
+each look of a settled node.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import ipaddress
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 import urllib.error
@@ -464,16 +473,88 @@ def _no_tls_context():
 
 
 def _urls_errors():
-    """``(ConnectionError, SSLValidationError)`` of ``ansible.module_utils.urls`` (see :func:`open_url`)."""
-    from ansible.module_utils import urls  # pylint: disable=import-outside-toplevel
+    """``(ConnectionError, SSLValidationError)`` of ``ansible.module_utils.urls`` (see :func:`open_url`), each a
+    tuple: empty while nothing imported that module (no request went through it, so none of its errors can
+    have been raised), which spares a client whose every request went to the loopback its import."""
+    urls = sys.modules.get("ansible.module_utils.urls")
+    if urls is None:
+        return (), ()
+    return (urls.ConnectionError,), (urls.SSLValidationError,)
 
-    return urls.ConnectionError, urls.SSLValidationError
+
+def is_loopback_http(url):
+    """Whether ``url`` is plain ``http`` to this node's loopback (:func:`is_loopback`)."""
+    scheme, host, _port = origin(url)
+    return scheme == "http" and is_loopback(host)
+
+
+class _LoopbackAnswer(object):
+    """What :func:`loopback_open` answers: ``status``, ``reason``, ``headers``, the body read from the
+    connection, which :meth:`close` closes with it."""
+
+    def __init__(self, connection, response, body):
+        self.status = response.status
+        self.reason = response.reason
+        self.headers = response.headers
+        self._connection = connection
+        self._response = response
+        self._body = body
+
+    def getcode(self):
+        return self.status
+
+    def read(self, *args):
+        return self._body.read(*args)
+
+    def readinto(self, buffer):
+        return self._body.readinto(buffer)
+
+    def close(self):
+        close_quietly(self._body)
+        close_quietly(self._response)
+        close_quietly(self._connection)
+
+
+def loopback_open(url, method="GET", data=None, headers=None, timeout=30, http_agent=USER_AGENT, decompress=True,
+                  **_options):
+    """One request (one hop: redirects are :func:`follow`'s) to this node's loopback over plain ``http``,
+    called as :func:`open_url` is, straight through ``http.client``: no proxy, no TLS, no urllib. Any status is
+    an answer (``open_url`` raises one of 400 or more as ``HTTPError``, which :func:`follow` reads as an answer
+    too). Asks for the body as it is (``identity``, as urllib asks) and decompresses one sent gzipped all the same,
+    as ``open_url`` does. The URL's userinfo, which :func:`follow` leaves in it only while credentials go (to the
+    origin they were given for), is sent as basic authentication with the request (``open_url`` sends it when the
+    server asks). Refuses (ValueError) any other URL: a caller's mistake."""
+    parts = urlsplit(url)
+    if not is_loopback_http(url):
+        raise ValueError("loopback_open: %s is not plain http to this node's loopback" % shown_url(url))
+    send = {"User-Agent": http_agent, "Accept-Encoding": "identity"}
+    if parts.username is not None:
+        import base64  # pylint: disable=import-outside-toplevel
+        from urllib.parse import unquote  # pylint: disable=import-outside-toplevel
+
+        pair = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
+        send["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    send.update(headers or {})
+    path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    try:
+        connection.request(method, path, body=data, headers=send)
+        response = connection.getresponse()
+    except BaseException:
+        connection.close()
+        raise
+    body = response
+    if decompress and (response.headers.get("Content-Encoding") or "").strip().lower() == "gzip":
+        import gzip  # pylint: disable=import-outside-toplevel
+
+        body = gzip.GzipFile(fileobj=response, mode="rb")
+    return _LoopbackAnswer(connection, response, body)
 
 
 def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
            timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
            allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
-           opener=None, trace=None, tls=None):
+           opener=None, trace=None, tls=None, loopback=None):
     """``method`` on ``url``, redirects followed by hand under the collection's one policy (see this
     file's docstring): one call of ``opener`` (``open_url`` by default, called as ``open_url`` is)
     per hop, with ``follow_redirects="none"``. Returns the :class:`Answer` of the first answer that
@@ -488,7 +569,9 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
     of which holds a credential; whatever ``opener`` raises besides an HTTP error answer (connection
     errors, time-outs, TLS) comes as it came. ``trace``, a list, gets each URL asked (without
     userinfo), so that a caller can name the host that failed. ``tls``, a callable, gives the TLS context
-    of each hop's URL (``opener`` gets it as ``context``; :meth:`HttpClient.context_for`)."""
+    of each hop's URL (``opener`` gets it as ``context``; :meth:`HttpClient.context_for`). ``loopback``, an opener
+    called as ``opener`` is, sends each hop that is plain http to this node's loopback instead
+    (:func:`loopback_open`; :class:`HttpClient`'s ``direct_loopback``)."""
     opener = opener or open_url
     plain, secret = split_credentials(headers, credential_headers)
     secret.update(credentials or {})
@@ -516,11 +599,16 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
             target = without_userinfo(current)
         if trace is not None:
             trace.append(without_userinfo(current))
-        extra = {"context": tls(current)} if tls is not None else {}
+        hop_opener = opener
+        extra = {}
+        if loopback is not None and is_loopback_http(current):
+            hop_opener = loopback
+        elif tls is not None:
+            extra["context"] = tls(current)
         try:
-            raw = opener(target, method=method, data=data, headers=send, timeout=timeout,
-                         validate_certs=validate_certs, http_agent=http_agent, follow_redirects="none",
-                         use_netrc=False, decompress=decompress, **extra)
+            raw = hop_opener(target, method=method, data=data, headers=send, timeout=timeout,
+                             validate_certs=validate_certs, http_agent=http_agent, follow_redirects="none",
+                             use_netrc=False, decompress=decompress, **extra)
             status = raw.getcode() if hasattr(raw, "getcode") else getattr(raw, "status", 200)
         except urllib.error.HTTPError as exc:
             raw = exc
@@ -593,7 +681,7 @@ class HttpClient(object):
 
     def __init__(self, timeout=30, retries=3, backoff=1.0, validate_certs=True, headers=None,
                  secrets=None, user_agent=USER_AGENT, allow_plain_http_credentials=False,
-                 allow_option=None, credential_headers=(), max_redirects=MAX_REDIRECTS):
+                 allow_option=None, credential_headers=(), max_redirects=MAX_REDIRECTS, direct_loopback=False):
         self.timeout = timeout
         self.retries = max(0, int(retries))
         self.backoff = max(0.0, float(backoff))
@@ -607,6 +695,8 @@ class HttpClient(object):
         self.allow_option = allow_option
         self.credential_headers = tuple(credential_headers or ())
         self.max_redirects = max_redirects
+        # each hop to this node's loopback over plain http through http.client (loopback_open), not open_url
+        self.direct_loopback = direct_loopback
         self._tls = None
         self._tls_guard = threading.Lock()  # the hub's downloads share a client between threads
 
@@ -683,7 +773,6 @@ class HttpClient(object):
         a failure on a redirect's hop on another origin names it), or the policy's refusals
         (:class:`SchemeError`, :class:`RedirectError`, :class:`PlainHttpCredentialError`); secrets masked."""
         asked = []
-        urls_connection_error, ssl_validation_error = _urls_errors()
         try:
             return follow(
                 url,
@@ -703,12 +792,14 @@ class HttpClient(object):
                 trace=asked,
                 # an opener of the caller's own builds its own contexts (devpi's is ansible's open_url)
                 tls=self.context_for if opener is None else None,
+                loopback=loopback_open if self.direct_loopback and opener is None else None,
             )
         except (SchemeError, RedirectError, PlainHttpCredentialError) as exc:
             exc.msg = self.redact(exc.msg)
             exc.args = (exc.msg,)
             raise
-        except (ssl_validation_error, ssl.SSLCertVerificationError) as exc:
+        # the errors of ansible.module_utils.urls, where a request went through it (read as an error is matched)
+        except _urls_errors()[1] + (ssl.SSLCertVerificationError,) as exc:
             raise self.certificate_error(url, exc, asked)
         except urllib.error.URLError as exc:
             reason = exc.reason
@@ -719,7 +810,7 @@ class HttpClient(object):
             raise TryAgain("connection failed%s: %s" % (_elsewhere(url, asked), self.redact(reason)))
         except (socket.timeout, TimeoutError):
             raise TryAgain("timed out after %s s%s" % (self.timeout, _elsewhere(url, asked)))
-        except (urls_connection_error, http.client.HTTPException, ConnectionError, OSError) as exc:
+        except _urls_errors()[0] + (http.client.HTTPException, ConnectionError, OSError) as exc:
             raise TryAgain("connection failed%s: %s" % (
                 _elsewhere(url, asked), self.redact(exc or exc.__class__.__name__)))
 

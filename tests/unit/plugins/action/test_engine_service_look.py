@@ -20,7 +20,7 @@ _before = _internal.is_controller
 try:
     from ansible.playbook.play_context import PlayContext
     from ansible.playbook.task import Task
-    from ansible.template import Templar, trust_as_template
+    from ansible.template import Templar
     from ansible.parsing.dataloader import DataLoader
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_service_look
@@ -343,8 +343,8 @@ def test_the_look_reads_the_kept_locks_renders_the_units_and_asks_the_node_once(
     ((name, sent),) = calls
     assert name == "llmfleet.engines.engine_service_survey"
     # the role's units, rendered for the environment and the two kept locks: each pinned model at its lock's commit
-    assert [u["unit"] for u in sent["units"]] == ["llmfleet-vllm-chat.service", "llmfleet-vllm-code.service",
-                                                 "llmfleet-vllm-embed.service"]
+    assert [u["unit"] for u in sent["units"]] == [
+        "llmfleet-vllm-chat.service", "llmfleet-vllm-code.service", "llmfleet-vllm-embed.service"]
     assert "Description=vLLM serving chat (%s)," % ENV in sent_unit(calls, "chat")["text"]
     assert "--revision %s --tokenizer-revision %s" % (COMMIT, COMMIT) in sent_unit(calls, "chat")["text"]
     assert "--revision %s --tokenizer-revision %s" % (OTHER, OTHER) in sent_unit(calls, "code")["text"]

@@ -30,6 +30,11 @@ FULL_WAY = "Find the units this role owns on the node"
 PIN = "Pin the revisions of the play's models to their commits"
 
 
+def _role_step(task):
+    """The include_role or import_role of a task of site.yml (empty for any other task)."""
+    return task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {}
+
+
 def site(tmp_path, node):
     """site.yml's engine play (engine_service's steps, after what engine_node leaves on an unchanged
     node) and its rollout play, as a playbook file."""
@@ -38,10 +43,11 @@ def site(tmp_path, node):
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     # the play's own ends too: a settled node leaves the play by its end_host, not by each step's condition
     steps = [t for t in engine["tasks"]
-             if (t.get("ansible.builtin.include_role") or {}).get("name") == ROLE
-             or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t]
-    assert [(t.get("ansible.builtin.include_role") or {}).get("tasks_from") or t.get("ansible.builtin.meta")
+             if _role_step(t).get("name") == ROLE or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t]
+    assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
             or "group_by" for t in steps] == ["end_host", "look", "end_host", "systemd", "stage", "group_by"], steps
+    # the look is imported, its defaults the role's own (public: false), the other steps included
+    assert "ansible.builtin.import_role" in steps[1] and steps[1]["ansible.builtin.import_role"]["public"] is False
     facts = node._engine_node_facts(False, None, ENV)  # pylint: disable=protected-access
     engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False,
                    "tasks": [{"name": "Leave what engine_node leaves on a node it does not change",

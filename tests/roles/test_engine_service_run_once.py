@@ -25,8 +25,13 @@ SYSTEMD_ASKED = "Ask systemd for its version"
 WEIGHTS_LOOKED_AT = "Look at the staged weights of each pinned model"
 
 
+def _role_step(task):
+    """The include_role or import_role of a task of site.yml (empty for any other task)."""
+    return task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role") or {}
+
+
 def _engine_service_includes(tasks):
-    return [t for t in tasks or [] if (t.get("ansible.builtin.include_role") or {}).get("name") == ROLE]
+    return [t for t in tasks or [] if _role_step(t).get("name") == ROLE]
 
 
 def site_shaped():
@@ -35,7 +40,7 @@ def site_shaped():
     engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     steps = _engine_service_includes(engine["tasks"])
-    assert [t["ansible.builtin.include_role"]["tasks_from"] for t in steps] == ["look", "systemd", "stage"]
+    assert [_role_step(t)["tasks_from"] for t in steps] == ["look", "systemd", "stage"]
     assert [r["role"] for r in rollout["roles"]] == [ROLE]
     return [{"name": "engine play", "hosts": "node", "gather_facts": False, "tasks": steps},
             {"name": "rollout play", "hosts": "node", "gather_facts": False, "roles": rollout["roles"]}]

@@ -24,7 +24,6 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress 
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
     CHUNK_SIZE, DIR_MODE, FILE_MODE, LOCK_NAME, MIB, PARTIAL_MODE, Digest, InTheWay, IntegrityError, file_problem,
     link_target, repo_folder, repo_prune, repo_prune_plan)
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._fetch import Oversize
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import blob_name
 
 
@@ -275,6 +274,11 @@ class Snapshot(object):
     def download(self, item, entry, fetcher, url, progress=None, cancel=None):
         """Download the blob of ``item`` to ``<blob>.incomplete``, resuming, check it, rename it into
         place. Returns the bytes received. A file that is not the lock's is removed and refused."""
+        # imported here: what downloads has the fetcher's module already; a look at a snapshot (the hourly run's,
+        # engine_service_survey) downloads nothing and is spared its import
+        # pylint: disable-next=import-outside-toplevel
+        from ansible_collections.llmfleet.engines.plugins.module_utils.hub._fetch import Oversize
+
         blob = self.blob_path(item["blob"])
         partial = blob + ".incomplete"
         sink = FileSink(partial, entry)

@@ -58,7 +58,6 @@ import os
 import platform
 import re
 import time
-import xml.etree.ElementTree as ET
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
@@ -355,6 +354,9 @@ def parse_xml(text):
         start = text.find("<nvidia_smi_log")
     if start < 0:
         raise NvidiaSmiError("nvidia-smi -q -x printed no XML: %s" % last_chars(text, 300))
+    # imported here: the engine role's every-run probe (cuda false) reads no XML, and the import costs ~5 ms
+    import xml.etree.ElementTree as ET  # pylint: disable=import-outside-toplevel
+
     try:
         root = ET.fromstring(text[start:].strip().encode("utf-8"))
     except ET.ParseError as exc:

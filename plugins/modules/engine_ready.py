@@ -42,6 +42,9 @@ options:
   url:
     description:
       - Base URL of the server, without C(/v1).
+      - Plain C(http) to this node's loopback (C(localhost), 127.0.0.0/8, C(::1)) is asked directly, without a proxy
+        (a proxy cannot reach the node's loopback); any other URL goes through the node's proxy settings
+        (C(http_proxy), C(https_proxy), C(no_proxy)), as every module of the collection does.
     type: str
     default: http://127.0.0.1:8000
   model:

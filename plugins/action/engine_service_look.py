@@ -183,20 +183,27 @@ class ActionModule(ActionBase):
                              "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
                              "lock_dir", "refresh"))
 
-    def _variable(self, name, task_vars):
+    def _variable(self, name, task_vars, known=None):
+        """The role's variable ``name``, templated (KeyError when it is not set); ``known``, a dict, keeps each
+        variable templated once for the whole look (the check's, the options', the units')."""
+        if known is not None and name in known:
+            return known[name]
         if name not in task_vars:
             raise KeyError(name)
-        return self._templar.template(task_vars[name])
+        value = self._templar.template(task_vars[name])
+        if known is not None:
+            known[name] = value
+        return value
 
     def _options(self, task_vars, known):
-        """The task's arguments, each one left out taken from the role's variable (``_ROLE``): from ``known``
-        (the variables the check templated already), else templated here."""
+        """The task's arguments, each one left out taken from the role's variable (``_ROLE``), templated once
+        (``known``)."""
         args = dict(self._task.args)
         for option, variable in _ROLE.items():
             if option not in args:
-                args[option] = known[variable] if variable in known else self._variable(variable, task_vars)
+                args[option] = self._variable(variable, task_vars, known)
         if "cache_dir" not in args:
-            args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars)
+            args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars, known)
         return args
 
     def run(self, tmp=None, task_vars=None):
@@ -207,7 +214,8 @@ class ActionModule(ActionBase):
         values = {}
         try:
             if boolean(self._task.args.get("validate", False), strict=False):
-                values = {name: self._variable(name, task_vars) for name in VARIABLES}
+                for name in VARIABLES:
+                    self._variable(name, task_vars, values)
                 problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
                 if problems:
                     result.update(failed=True, msg=(
@@ -233,10 +241,9 @@ class ActionModule(ActionBase):
             return result
         if "units" not in args:
             try:
-                variables = {name: values[name] if name in values else self._variable(name, task_vars)
-                             for name in UNIT_VARIABLES}
+                variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
                 if "engine_node_package" in task_vars:
-                    variables["engine_node_package"] = self._variable("engine_node_package", task_vars)
+                    variables["engine_node_package"] = self._variable("engine_node_package", task_vars, values)
             except KeyError as exc:
                 result.update(failed=True, msg="host %s: engine_service_look renders the units from the variable %s"
                                                " of the llmfleet.engines.engine_service role, which is not set: run"

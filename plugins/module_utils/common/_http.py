@@ -50,6 +50,7 @@ each look of a settled node.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import http.client
 import ipaddress
@@ -60,7 +61,7 @@ import sys
 import threading
 import time
 import urllib.error
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
@@ -529,9 +530,6 @@ def loopback_open(url, method="GET", data=None, headers=None, timeout=30, http_a
         raise ValueError("loopback_open: %s is not plain http to this node's loopback" % shown_url(url))
     send = {"User-Agent": http_agent, "Accept-Encoding": "identity"}
     if parts.username is not None:
-        import base64  # pylint: disable=import-outside-toplevel
-        from urllib.parse import unquote  # pylint: disable=import-outside-toplevel
-
         pair = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
         send["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
     send.update(headers or {})

@@ -20,7 +20,8 @@ description:
   - Each unit file holds its O(units[].text) (read as systemd reads it, through a link). Each unit's secret
     file (O(units[].environment_file), missing counting as empty) has the SHA-256 O(units[].secret_sha256).
     No secret is sent or returned.
-  - Each model in O(model_paths) exists and O(user) may read it (C(runuser -u <user> -- test -r)).
+  - Each model in O(model_paths) exists and O(user) may read and enter it, as C(test -r -a -x) run as O(user) would
+    say. A child process takes the user's uid, gid and groups and asks the kernel, with no PAM session.
   - Each snapshot in O(snapshots) is complete in O(cache_dir) (sizes checked, as M(llmfleet.engines.model_snapshot)
     checks by default), with nothing to prune beyond O(keep) and O(in_use), and no model that
     O(snapshots) does not list has anything to prune there (as M(llmfleet.engines.model_prune)).
@@ -260,8 +261,7 @@ def main():
     # this node's loopback: asked straight through http.client (no proxy, no urllib)
     client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True,
                         direct_loopback=True)
-    look = Look(p, Runner(), module.get_bin_path("systemctl") or "systemctl",
-                module.get_bin_path("runuser") or "runuser", client,
+    look = Look(p, Runner(), module.get_bin_path("systemctl") or "systemctl", client,
                 journalctl=module.get_bin_path("journalctl"), check_mode=module.check_mode)
     module.exit_json(changed=False, **look.look())
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 import stat
 import time
@@ -40,13 +41,10 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
-    LOCK_NAME,
-    repo_prune_plan,
-    unlisted_repos,
-)
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._snapshot import Snapshot
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _ready
+
+# The hub's snapshot and cache code (hub._snapshot, hub._cache) is imported where a pinned model is
+# looked at: a node that serves models given as paths does not compile it in each hourly look.
 
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState")
 SYSTEMCTL_TIMEOUT = 30
@@ -91,9 +89,41 @@ def parse_show_blocks(text):
     return out
 
 
+def user_may_read(user, path):
+    """``None`` when ``user`` may read and enter ``path`` (``test -r -a -x`` as that user), else why not.
+
+    The kernel decides, as for the server: a child process takes the user's uid, gid and groups and
+    asks ``access(2)``. ``runuser -u <user> -- test`` asks the same, but opens a PAM session (and a
+    log line) for each model in each hourly look; this needs no program and no session. It needs
+    root, as runuser does."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return "cannot be checked: there is no user %s" % user
+    pid = os.fork()
+    if pid == 0:  # the child: only os calls, and it always leaves through os._exit
+        code = 2
+        try:
+            os.initgroups(user, entry.pw_gid)
+            os.setgid(entry.pw_gid)
+            os.setuid(entry.pw_uid)
+            code = 0 if os.access(path, os.R_OK | os.X_OK) else 1
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return None
+    if code == 1:
+        return "may not be read by %s" % user
+    return "cannot be checked as %s: taking its identity failed (the look runs as root)" % user
+
+
 def _only_empty_trees(repo_dir):
     """Whether ``repo_dir`` holds nothing but its lock file and ``refs``, ``snapshots`` and ``blobs``
     trees of empty directories: what ``remove_empty_repo`` removes."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import LOCK_NAME
+
     for name in os.listdir(repo_dir):
         if name == LOCK_NAME:
             continue
@@ -109,6 +139,8 @@ def _only_empty_trees(repo_dir):
 def _unlisted_prune_pending(cache_dir, repos, in_use):
     """The unlisted repos (models the node no longer pins) that model_prune would change, sorted: it
     removes what the plan names, and a repo left with nothing kept and nothing it does not know."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import repo_prune_plan, unlisted_repos
+
     out = []
     for name in unlisted_repos(cache_dir, repos):
         repo_dir = os.path.join(cache_dir, name)
@@ -138,12 +170,12 @@ class Look:
     ``_http.HttpClient`` (no retries: the gate polls); ``gate_factory`` builds a ``_ready.Gate``
     (tests give their own)."""
 
-    def __init__(self, params, run, systemctl, runuser, client, journalctl=None, check_mode=False,
-                 gate_factory=_ready.Gate, shm=SHM):
+    def __init__(self, params, run, systemctl, client, journalctl=None, check_mode=False,
+                 gate_factory=_ready.Gate, shm=SHM, may_read=user_may_read):
         self.p = params
         self.run = run
         self.systemctl = systemctl
-        self.runuser = runuser
+        self.may_read = may_read
         self.journalctl = journalctl
         self.client = client
         self.check_mode = check_mode
@@ -216,10 +248,9 @@ class Look:
             if not os.path.exists(path):
                 self.reasons.append("the model %s: %s does not exist" % (item["name"], path))
                 continue
-            res = self.run([self.runuser, "-u", self.p["user"], "--", "test", "-r", path, "-a", "-x", path],
-                           timeout=SYSTEMCTL_TIMEOUT)
-            if res.rc != 0 or res.timed_out:
-                self.reasons.append("the model %s: %s may not be read by %s" % (item["name"], path, self.p["user"]))
+            problem = self.may_read(self.p["user"], path)
+            if problem:
+                self.reasons.append("the model %s: %s %s" % (item["name"], path, problem))
 
     def _shm(self):
         if not self.p["need_shm"]:
@@ -235,6 +266,8 @@ class Look:
         cache_dir = self.p["cache_dir"]
         if not self.p["snapshots"]:
             return
+        from ansible_collections.llmfleet.engines.plugins.module_utils.hub._snapshot import Snapshot
+
         for item in self.p["snapshots"]:
             snapshot = Snapshot(item["lock"], cache_dir)
             what = "%s@%s" % (snapshot.repo, snapshot.commit[:12])

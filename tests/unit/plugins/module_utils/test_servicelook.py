@@ -9,8 +9,12 @@ import hashlib
 import inspect
 import json
 import os
+import pathlib
+import pwd
 import re
+import shutil
 import stat
+import tempfile
 import time
 
 import pytest
@@ -22,6 +26,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.serve._serviceloo
     Look,
     gate_figure,
     parse_show_blocks,
+    user_may_read,
     write_record,
 )
 from ansible_collections.llmfleet.engines.plugins.modules import model_prune
@@ -155,7 +160,7 @@ def node(tmp_path):
 def look(params, run=None, gates=None, check_mode=False, **kwargs):
     run = FakeRun() if run is None else run
     gates = FakeGates() if gates is None else gates
-    result = Look(params, run, "/usr/bin/systemctl", "/usr/sbin/runuser", object(),
+    result = Look(params, run, "/usr/bin/systemctl", object(),
                   journalctl="/usr/bin/journalctl", check_mode=check_mode, gate_factory=gates, **kwargs).look()
     return result, run, gates
 
@@ -411,22 +416,79 @@ def test_a_model_path_that_does_not_exist(node):
     assert run.calls == [] and gates.calls == []
 
 
-def test_a_model_path_the_service_user_may_not_read(node):
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="taking another user's identity needs root")
+
+
+@pytest.fixture
+def open_dir():
+    """A directory everyone may enter, under one everyone may enter (pytest's own are root's alone)."""
+    path = tempfile.mkdtemp(prefix="llmfleet-look-")
+    os.chmod(path, 0o755)
+    yield pathlib.Path(path)
+    shutil.rmtree(path)
+
+
+def private_model(parent, mode):
+    """A model directory root owns with ``mode``."""
+    model = parent / "weights"
+    model.mkdir()
+    model.chmod(mode)
+    return model
+
+
+@as_root
+@pytest.mark.parametrize("mode", [0o700, 0o744, 0o711])
+def test_a_model_path_the_service_user_may_not_read(node, open_dir, mode):
+    """Asked of the kernel as the user: nobody can neither list nor enter a directory root keeps to itself
+    (0700), list but not enter one without x (0744), or enter but not list one without r (0711)."""
+    model = private_model(open_dir, mode)
+    params = node.params(model_paths=[{"name": "chat", "path": str(model)}], user="nobody")
+    result, run, gates = look(params, may_read=user_may_read)
+    not_settled(result, r"^the model chat: %s may not be read by nobody$" % re.escape(str(model)))
+    assert run.calls == [] and gates.calls == []
+
+
+@as_root
+def test_a_model_path_the_service_user_reads(node, open_dir):
+    model = private_model(open_dir, 0o755)
+    result, run, _gates = look(node.params(model_paths=[{"name": "chat", "path": str(model)}], user="nobody"),
+                               may_read=user_may_read)
+    assert result["settled"] is True and result["reasons"] == []
+    assert not any(call[0].endswith("runuser") for call in run.calls)
+
+
+@as_root
+def test_the_check_takes_the_users_group(open_dir):
+    """A directory only its group may read: nobody may, when the group is its own (nogroup), and
+    may not when it is root's."""
+    model = private_model(open_dir, 0o750)
+    os.chown(model, 0, 0)
+    assert user_may_read("nobody", str(model)) == "may not be read by nobody"
+    os.chown(model, 0, pwd.getpwnam("nobody").pw_gid)
+    assert user_may_read("nobody", str(model)) is None
+
+
+def test_a_model_path_for_a_user_that_does_not_exist(node):
     model = node.root / "weights"
     model.mkdir()
-    run = FakeRun({"/usr/sbin/runuser": CommandResult(1, "", "")})
-    result, run, gates = look(node.params(model_paths=[{"name": "chat", "path": str(model)}]), run=run)
-    not_settled(result, r"^the model chat: %s may not be read by llmfleet-vllm$" % re.escape(str(model)))
-    assert run.of("/usr/sbin/runuser") == [["/usr/sbin/runuser", "-u", "llmfleet-vllm", "--", "test", "-r", str(model),
-                                           "-a", "-x", str(model)]]
+    params = node.params(model_paths=[{"name": "chat", "path": str(model)}], user="llmfleet-no-such-user")
+    result, _run, gates = look(params, may_read=user_may_read)
+    not_settled(result, r"^the model chat: %s cannot be checked: there is no user llmfleet-no-such-user$"
+                % re.escape(str(model)))
     assert gates.calls == []
 
 
-def test_a_model_path_the_service_user_reads(node):
-    model = node.root / "weights"
-    model.mkdir()
-    result, run, _gates = look(node.params(model_paths=[{"name": "chat", "path": str(model)}]))
-    assert result["settled"] is True and len(run.of("/usr/sbin/runuser")) == 1
+def test_the_look_asks_the_check_for_each_model_path_as_the_service_user(node):
+    asked = []
+    paths = []
+    for name in ("chat", "embed"):
+        path = node.root / name
+        path.mkdir()
+        paths.append({"name": name, "path": str(path)})
+    result, _run, _gates = look(node.params(model_paths=paths),
+                                may_read=lambda user, path: asked.append((user, path)))
+    assert result["settled"] is True
+    assert asked == [("llmfleet-vllm", paths[0]["path"]), ("llmfleet-vllm", paths[1]["path"])]
 
 
 # -- /dev/shm --------------------------------------------------------------------------------------

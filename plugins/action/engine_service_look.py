@@ -43,7 +43,8 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units im
     engine_service_secret_file,
     engine_service_units,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import is_commit, read_kept_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
 # Each option left out of the task, and the role's variable it then is.

@@ -291,14 +291,12 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import
     check_file_access,
     fetch_model_info,
     human_size,
-    is_commit,
-    lock_text,
     read_kept_lock,
     select_files,
     validate_endpoint,
-    validate_repo,
     validate_revision,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit, lock_text, validate_repo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpError,
     client_from_params,

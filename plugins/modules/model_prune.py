@@ -108,7 +108,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import
     repo_prune_plan,
     unlisted_repos,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import validate_repo
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import validate_repo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock import PathLock
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, untrusted_component
 

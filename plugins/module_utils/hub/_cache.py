@@ -24,7 +24,7 @@ import stat
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import lstat_or_none, rmdir_if_empty, unlink_quiet
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import validate_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import validate_lock
 
 #: Bytes read (and hashed) at a time.
 CHUNK_SIZE = 1024 * 1024
@@ -58,7 +58,7 @@ class InTheWay(CacheError):
 # -- the lock ----------------------------------------------------------------------------------
 
 def cache_lock_problems(lock):
-    """What keeps ``lock`` from being laid out: the lock's own problems (``_hfhub.validate_lock``),
+    """What keeps ``lock`` from being laid out: the lock's own problems (``_lock.validate_lock``),
     and a revision that cannot be a file under ``refs/`` (the real client writes
     ``refs/<revision>``, so ``refs/pr/1`` is fine, ``../x`` is not)."""
     problems = validate_lock(lock)

@@ -11,7 +11,8 @@ The Hugging Face hub as ``huggingface_hub`` speaks it, and the model lock (docs/
   to do; the token goes only into the ``Authorization`` header, never into a message.
 * :func:`select_files`: which files of a repo to pin (by default: what vLLM loads), with the
   pattern semantics of ``huggingface_hub.utils.filter_repo_objects``.
-* :func:`build_lock`, :func:`validate_lock`, :func:`lock_text`: the lock itself.
+* :func:`build_lock`: the lock of a repo at a revision, in the format of ``_lock`` (which checks,
+  writes and names it: :func:`_lock.validate_lock`, :func:`_lock.lock_text`, :func:`_lock.blob_name`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import hashlib
 import json
 import os
 import posixpath
-import re
 from fnmatch import fnmatchcase
 from urllib.parse import quote, urlsplit
 
@@ -30,10 +30,17 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._http impo
     HttpStatusError,
     NotFoundError,
 )
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import (
+    HEX40,
+    HEX64,
+    LOCK_FORMAT,
+    is_size,
+    path_problem,
+    validate_lock,
+)
 
 # The one public default: every other hub URL is built from the endpoint.
 DEFAULT_ENDPOINT = "https://huggingface.co"
-LOCK_FORMAT = 1
 
 # What vLLM loads from a repo (weights, config, tokenizer, generation config, remote code).
 DEFAULT_ALLOW_PATTERNS = (
@@ -61,12 +68,6 @@ TRAINING_STATE_FILES = ("training_args.bin", "optimizer.bin", "optimizer.pt", "s
 # The index of PyTorch weights, useless (and misleading) next to safetensors weights.
 TORCH_INDEX_PATTERNS = ("*.bin.index.json", "*.pt.index.json", "*.pth.index.json")
 
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_FILE_KEYS = ("path", "size", "sha256", "git_oid")
-_LOCK_KEYS = ("format", "repo", "revision", "commit", "files", "size")
-
 
 class HubError(LlmfleetError):
     """Base class: the hub did not give a usable answer, or the answer cannot be pinned."""
@@ -93,23 +94,6 @@ class SelectionError(HubError):
 
 
 # -- names and URLs -------------------------------------------------------------------------------
-def validate_repo(repo):
-    """What is wrong with ``repo`` as a hub model id (``org/name``), or None."""
-    if not isinstance(repo, str) or not repo:
-        return "repo %r is not of the form org/name" % (repo,)
-    parts = repo.split("/")
-    if len(parts) != 2:
-        return ("repo %r is not of the form org/name (one '/'; models without an org, such as gpt2, "
-                "now live under one, such as openai-community/gpt2)" % (repo,))
-    for part in parts:
-        if not _REPO_PART.match(part):
-            return ("repo %r is not of the form org/name: each side starts with a letter or digit and "
-                    "has only letters, digits, '.', '_' and '-'" % (repo,))
-        if "--" in part or ".." in part:
-            return "repo %r is not a hub model id: '--' and '..' are not allowed in it" % (repo,)
-    return None
-
-
 def validate_revision(revision):
     """What is wrong with ``revision`` (a branch, tag or commit), or None."""
     if not isinstance(revision, str) or not revision.strip():
@@ -117,11 +101,6 @@ def validate_revision(revision):
     if revision != revision.strip() or any(ord(c) < 32 or ord(c) == 127 for c in revision):
         return "revision %r has spaces around it or control characters" % (revision,)
     return None
-
-
-def is_commit(revision):
-    """Whether ``revision`` is a full commit id (40 hex digits, any case)."""
-    return isinstance(revision, str) and bool(_HEX40.match(revision.lower()))
 
 
 def validate_endpoint(endpoint):
@@ -402,24 +381,6 @@ def select_files(siblings, allow_patterns=None, ignore_patterns=None):
 
 
 # -- the lock ----------------------------------------------------------------------------------------
-def path_problem(path):
-    """What is wrong with ``path`` as a file of a lock (relative POSIX, no ``..``), or None."""
-    if not isinstance(path, str) or not path:
-        return "path %r is not a non-empty string" % (path,)
-    if path.startswith("/"):
-        return "path %r is absolute" % (path,)
-    if "\\" in path or "\x00" in path:
-        return "path %r has a backslash or a NUL" % (path,)
-    for part in path.split("/"):
-        if part in ("", ".", ".."):
-            return "path %r has an empty, '.' or '..' component" % (path,)
-    return None
-
-
-def _is_size(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def build_lock(repo, revision, info, files, endpoint=None):
     """The lock of ``repo`` at ``revision`` from its model info and the selected siblings.
 
@@ -428,7 +389,7 @@ def build_lock(repo, revision, info, files, endpoint=None):
     """
     where = " from %s" % _base(endpoint) if endpoint else ""
     sha = info.get("sha") if isinstance(info, dict) else None
-    if not isinstance(sha, str) or not _HEX40.match(sha.lower()):
+    if not isinstance(sha, str) or not HEX40.match(sha.lower()):
         raise HubAnswerError(
             "the model info of %s at %r%s has no commit sha (got %r): it cannot be pinned; is the "
             "endpoint a Hugging Face hub or a mirror of its API?" % (repo, revision, where, sha))
@@ -445,7 +406,7 @@ def build_lock(repo, revision, info, files, endpoint=None):
         entry = {"path": path, "size": size}
         if lfs is not None:
             sha256 = lfs.get("sha256")
-            if not isinstance(sha256, str) or not _HEX64.match(sha256.lower()):
+            if not isinstance(sha256, str) or not HEX64.match(sha256.lower()):
                 raise HubAnswerError(
                     "the model info of %s at %s%s gives %s as an LFS file without a sha256 (got %r)"
                     % (repo, sha.lower(), where, path, sha256))
@@ -453,17 +414,17 @@ def build_lock(repo, revision, info, files, endpoint=None):
             if size is None:
                 size = lfs.get("size")
                 entry["size"] = size
-            elif _is_size(lfs.get("size")) and lfs["size"] != size:
+            elif is_size(lfs.get("size")) and lfs["size"] != size:
                 raise HubAnswerError(
                     "the model info of %s at %s%s gives %s two sizes: %r and LFS %r"
                     % (repo, sha.lower(), where, path, size, lfs["size"]))
         else:
             blob = sibling.get("blobId")
-            if not isinstance(blob, str) or not _HEX40.match(blob.lower()):
+            if not isinstance(blob, str) or not HEX40.match(blob.lower()):
                 missing.append(path)
                 continue
             entry["git_oid"] = blob.lower()
-        if not _is_size(entry["size"]):
+        if not is_size(entry["size"]):
             missing.append(path)
             continue
         entries.append(entry)
@@ -489,77 +450,10 @@ def build_lock(repo, revision, info, files, endpoint=None):
     return lock
 
 
-def validate_lock(lock):
-    """Every problem of ``lock`` against the format of docs/dev/MODELS.md (empty list: valid)."""
-    if not isinstance(lock, dict):
-        return ["the lock is not a JSON object (got %s)" % type(lock).__name__]
-    problems = []
-    extra = sorted(set(lock) - set(_LOCK_KEYS))
-    if extra:
-        problems.append("unknown keys %s" % ", ".join(map(str, extra)))
-    if lock.get("format") != LOCK_FORMAT or isinstance(lock.get("format"), bool):
-        problems.append("format is %r, not %d" % (lock.get("format"), LOCK_FORMAT))
-    repo_problem = validate_repo(lock.get("repo"))
-    if repo_problem:
-        problems.append(repo_problem)
-    revision = lock.get("revision")
-    if not isinstance(revision, str) or not revision:
-        problems.append("revision %r is not a non-empty string" % (revision,))
-    commit = lock.get("commit")
-    if not isinstance(commit, str) or not _HEX40.match(commit):
-        problems.append("commit %r is not 40 lower-case hex digits" % (commit,))
-    files = lock.get("files")
-    if not isinstance(files, list) or not files:
-        problems.append("files is not a non-empty list")
-        files = []
-    seen = set()
-    paths = []
-    total = 0
-    for index, item in enumerate(files):
-        where = "files[%d]" % index
-        if not isinstance(item, dict):
-            problems.append("%s is not an object" % where)
-            continue
-        extra = sorted(set(item) - set(_FILE_KEYS))
-        if extra:
-            problems.append("%s has unknown keys %s" % (where, ", ".join(map(str, extra))))
-        path = item.get("path")
-        problem = path_problem(path)
-        if problem:
-            problems.append("%s: %s" % (where, problem))
-        elif path in seen:
-            problems.append("%s: path %r is listed twice" % (where, path))
-        else:
-            seen.add(path)
-            paths.append(path)
-        size = item.get("size")
-        if not _is_size(size):
-            problems.append("%s: size %r is not a non-negative integer" % (where, size))
-        else:
-            total += size
-        has_sha = "sha256" in item
-        has_oid = "git_oid" in item
-        if has_sha == has_oid:
-            problems.append("%s has %s of sha256 and git_oid (exactly one is needed)"
-                            % (where, "both" if has_sha else "neither"))
-        if has_sha and not (isinstance(item["sha256"], str) and _HEX64.match(item["sha256"])):
-            problems.append("%s: sha256 %r is not 64 lower-case hex digits" % (where, item["sha256"]))
-        if has_oid and not (isinstance(item["git_oid"], str) and _HEX40.match(item["git_oid"])):
-            problems.append("%s: git_oid %r is not 40 lower-case hex digits" % (where, item["git_oid"]))
-    if paths != sorted(paths):
-        problems.append("files are not sorted by path")
-    size = lock.get("size")
-    if not _is_size(size):
-        problems.append("size %r is not a non-negative integer" % (size,))
-    elif size != total:
-        problems.append("size %d is not the sum of the files' sizes (%d)" % (size, total))
-    return problems
-
-
 def read_kept_lock(lock_file, repo, revision):
     """The lock kept in ``lock_file`` (None when there is none), checked: the file and its directories
     closed to other users (``_trust``), a valid lock of ``repo`` at ``revision`` (a commit in lower case,
-    as :func:`is_commit` reads it). Raises ValueError with a sentence naming the file. Read by
+    as ``_lock.is_commit`` reads it). Raises ValueError with a sentence naming the file. Read by
     ``hf_revision`` and by the ``engine_service_look`` action (on the controller, where the locks are kept)."""
     problem = untrusted_component(lock_file)
     if problem:
@@ -591,16 +485,6 @@ def read_kept_lock(lock_file, repo, revision):
         raise ValueError("lock_file %s holds the lock of %s at %s, not of %s at %s: remove it, or set refresh"
                          % (lock_file, lock["repo"], lock["revision"], repo, revision))
     return lock
-
-
-def lock_text(lock):
-    """The lock file's text: JSON, sorted keys, indent 2, one trailing newline."""
-    return json.dumps(lock, sort_keys=True, indent=2) + "\n"
-
-
-def blob_name(entry):
-    """The name of a lock entry's blob in the hub cache: its sha256, else its git_oid."""
-    return entry.get("sha256") or entry["git_oid"]
 
 
 def human_size(size):

@@ -24,7 +24,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress 
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._cache import (
     CHUNK_SIZE, DIR_MODE, FILE_MODE, LOCK_NAME, MIB, PARTIAL_MODE, Digest, InTheWay, IntegrityError, file_problem,
     link_target, repo_folder, repo_prune, repo_prune_plan)
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import blob_name
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import blob_name
 
 
 class FileSink(object):

@@ -13,11 +13,13 @@ from unittest import mock
 
 import pytest
 
-from ansible.errors import AnsibleActionFail
 from ansible.module_utils import _internal
 
+# importing the controller's code (ansible.errors too) sets is_controller for the whole process, after which
+# AnsibleModule.warn() no longer puts warnings in a module's result: read it before any such import
 _before = _internal.is_controller
 try:
+    from ansible.errors import AnsibleActionFail
     from ansible.playbook.play_context import PlayContext
     from ansible.playbook.task import Task
     from ansible.template import Templar
@@ -27,7 +29,7 @@ try:
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import VARIABLES
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
-    from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import lock_text
+    from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import lock_text
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
         engine_service_secret_file,
         engine_service_units,

@@ -9,7 +9,7 @@ import pytest
 from huggingface_hub import hf_hub_url
 from huggingface_hub.utils import filter_repo_objects
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub, _lock
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from tests.unit.plugins.lookup_fakes import Reply, install
 
@@ -31,7 +31,7 @@ def siblings(*names):
 @pytest.mark.parametrize("repo", ["org/model", "Qwen/Qwen3-0.6B", "a/b", "meta-llama/Llama-3.1-8B-Instruct",
                                   "org_1/m.v2_x-y"])
 def test_valid_repo_names(repo):
-    assert _hfhub.validate_repo(repo) is None
+    assert _lock.validate_repo(repo) is None
 
 
 @pytest.mark.parametrize("repo, words", [
@@ -46,7 +46,7 @@ def test_valid_repo_names(repo):
     (None, ["None"]),
 ])
 def test_invalid_repo_names_say_what_is_allowed(repo, words):
-    problem = _hfhub.validate_repo(repo)
+    problem = _lock.validate_repo(repo)
     assert problem is not None
     for word in words:
         assert word in problem
@@ -94,7 +94,7 @@ def test_the_public_default_is_one_constant():
 @pytest.mark.parametrize("revision, commit", [(SHA, True), (SHA.upper(), True), (SHA[:12], False), ("main", False),
                                               (SHA + "0", False)])
 def test_is_commit(revision, commit):
-    assert _hfhub.is_commit(revision) is commit
+    assert _lock.is_commit(revision) is commit
 
 
 # -- selection -----------------------------------------------------------------------------------------
@@ -242,8 +242,8 @@ def test_lock_is_the_documented_object():
         ],
         "size": 611 + 16384 + 40,
     }
-    assert _hfhub.validate_lock(lock) == []
-    assert [_hfhub.blob_name(f) for f in lock["files"]] == [CFG_OID, W_SHA, TOK_OID]
+    assert _lock.validate_lock(lock) == []
+    assert [_lock.blob_name(f) for f in lock["files"]] == [CFG_OID, W_SHA, TOK_OID]
 
 
 def test_lock_lowercases_the_hub_hex():
@@ -340,19 +340,19 @@ BAD_LOCKS = [
 
 @pytest.mark.parametrize("fn, words", [(f, w) for _i, f, w in BAD_LOCKS], ids=[b[0] for b in BAD_LOCKS])
 def test_validate_lock_finds_each_problem(fn, words):
-    problems = _hfhub.validate_lock(mutate(fn))
+    problems = _lock.validate_lock(mutate(fn))
     assert problems, "no problem found"
     assert any(words in p for p in problems), problems
 
 
 @pytest.mark.parametrize("value", [None, [], "lock", 1])
 def test_validate_lock_of_a_non_object(value):
-    assert _hfhub.validate_lock(value) == ["the lock is not a JSON object (got %s)" % type(value).__name__]
+    assert _lock.validate_lock(value) == ["the lock is not a JSON object (got %s)" % type(value).__name__]
 
 
 def test_lock_text_is_sorted_indented_and_ends_with_a_newline():
     lock = good_lock()
-    text = _hfhub.lock_text(lock)
+    text = _lock.lock_text(lock)
     assert text.endswith("}\n") and not text.endswith("\n\n")
     assert json.loads(text) == lock
     assert text.index('"commit"') < text.index('"files"') < text.index('"format"') < text.index('"repo"')

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _hfhub, _lock
 from ansible_collections.llmfleet.engines.plugins.modules import hf_revision
 from tests.unit.plugins.lookup_fakes import Reply, install, run_module, warnings_text
 
@@ -60,7 +60,7 @@ def test_resolves_a_branch_to_the_hubs_commit(fake, capsys):
     assert [f["path"] for f in result["lock"]["files"]] == ["config.json", "model.safetensors", "tokenizer.json"]
     assert result["msg"] == "org/model main -> 0123456789ab, 3 files, 2.0 MiB"
     assert result["size_human"] == "2.0 MiB"
-    assert _hfhub.validate_lock(result["lock"]) == []
+    assert _lock.validate_lock(result["lock"]) == []
     assert "Authorization" not in server.calls[0]["headers"]
 
 
@@ -449,7 +449,7 @@ def test_fake_hub_lock_matches_what_the_real_client_downloads(hub, capsys, tmp_p
             assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == entry["git_oid"]
         # the real client names the blob as the lock says model_snapshot must
         blob = os.path.realpath(got)
-        assert os.path.basename(blob) == _hfhub.blob_name(entry)
+        assert os.path.basename(blob) == _lock.blob_name(entry)
         assert os.path.dirname(blob) == str(cache / "models--llmfleet-test--tiny-chat" / "blobs")
 
 

@@ -11,7 +11,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache, _hfhub, _snapshot
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub import _cache, _lock, _snapshot
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.modules import model_snapshot
 from tests.unit.plugins.lookup_fakes import run_module
@@ -191,7 +191,7 @@ def test_two_revisions_share_blobs_and_prune_keeps_what_is_in_use(upstream, tmp_
     cache = tmp_path / "hub"
     repo = cache / "models--llmfleet-test--tiny-chat"
     assert run(capsys, upstream, v1, cache)[0] == 0
-    only_v1 = set(_hfhub.blob_name(e) for e in v1["files"]) - set(_hfhub.blob_name(e) for e in main["files"])
+    only_v1 = set(_lock.blob_name(e) for e in v1["files"]) - set(_lock.blob_name(e) for e in main["files"])
     # check mode, main not there yet: v1 would go, but not the blobs main will use
     code, result, _out = run(capsys, upstream, main, cache, keep=1, _ansible_check_mode=True)
     assert code == 0 and result["pruned"] == [v1["commit"]], result
@@ -211,7 +211,7 @@ def test_two_revisions_share_blobs_and_prune_keeps_what_is_in_use(upstream, tmp_
     assert code == 0 and result["changed"] is True, result
     assert result["pruned"] == [v1["commit"]] and sorted(result["blobs_removed"]) == sorted(only_v1)
     assert os.listdir(str(repo / "snapshots")) == [main["commit"]]
-    assert sorted(os.listdir(str(repo / "blobs"))) == sorted(set(_hfhub.blob_name(e) for e in main["files"]))
+    assert sorted(os.listdir(str(repo / "blobs"))) == sorted(set(_lock.blob_name(e) for e in main["files"]))
     assert sorted(os.listdir(str(repo / "refs"))) == ["main"]  # v1's ref went with its snapshot
     assert read_back(cache, main) == expected(main)
     code, result, _out = run(capsys, upstream, main, cache, keep=1)

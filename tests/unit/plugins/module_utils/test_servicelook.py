@@ -439,8 +439,9 @@ def private_model(parent, mode):
 @as_root
 @pytest.mark.parametrize("mode", [0o700, 0o744, 0o711])
 def test_a_model_path_the_service_user_may_not_read(node, open_dir, mode):
-    """Asked of the kernel as the user: nobody can neither list nor enter a directory root keeps to itself
-    (0700), list but not enter one without x (0744), or enter but not list one without r (0711)."""
+    """Asked of the kernel as the user: the user nobody may neither list nor enter a directory root keeps to
+    itself (0700); it may list but not enter one without x for others (0744), and enter but not list one
+    without r (0711). Each is "may not be read"."""
     model = private_model(open_dir, mode)
     params = node.params(model_paths=[{"name": "chat", "path": str(model)}], user="nobody")
     result, run, gates = look(params, may_read=user_may_read)

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import lstat_or_none, rmdir_if_empty, unlink_quiet
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import validate_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import HEX40, HEX64, validate_lock
 
 #: Bytes read (and hashed) at a time.
 CHUNK_SIZE = 1024 * 1024
@@ -35,9 +34,6 @@ DIR_MODE = 0o755
 FILE_MODE = 0o644
 #: An .incomplete file's mode until its bytes are checked: what arrives is nobody else's to read.
 PARTIAL_MODE = 0o600
-
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -177,7 +173,7 @@ def repo_prune_plan(repo_dir, keep_set, room, used):
             base = name[:-len(".incomplete")] if name.endswith(".incomplete") else name
             if st is None:
                 continue
-            if not (_HEX40.match(base) or _HEX64.match(base)) or not (
+            if not (HEX40.match(base) or HEX64.match(base)) or not (
                     stat.S_ISREG(st.st_mode) or (stat.S_ISLNK(st.st_mode) and base == name)):
                 plan["unknown"].append(path)
                 continue

@@ -60,6 +60,7 @@ def path_problem(path):
 
 
 def is_size(value):
+    """Whether ``value`` is a size in a lock: an int (not a bool), 0 or more."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

@@ -164,6 +164,9 @@ def engine_cache_hub_mirror_conf(params):
         " X-Accel-Limit-Rate X-Accel-Buffering X-Accel-Charset;",
         "proxy_hide_header Set-Cookie;",
         "# concurrent misses for one file wait for the first download instead of starting their own",
+        # (the hub's redirect is not cached: nginx lets go of the lock when it comes and takes it again in
+        # @cdn, so a waiter whose 500 ms timer fires in between asks the hub for the redirect once more;
+        # the bytes still come once - tests/system/test_hub_mirror_nginx.py)
         "proxy_cache_lock on;",
         "proxy_cache_lock_timeout %s;" % lock,
         "proxy_cache_lock_age %s;" % lock,

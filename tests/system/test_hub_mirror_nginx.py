@@ -258,7 +258,12 @@ def test_concurrent_first_requests_reach_the_cdn_once(mirror, upstream):
         _check(body, siblings[path])
     assert sorted(r[1]["X-Cache-Status"] for r in results) == ["HIT"] * 4 + ["MISS"]
     resolve, _cache, cdn = _hub_requests(upstream, TINY_CHAT, commit, path)
-    assert (len(resolve), len(cdn)) == (1, 1)
+    # the bytes come from the CDN once: the other four waited for that download (proxy_cache_lock)
+    assert [e["status"] for e in cdn] == [200]
+    # the hub's redirect is not cached, so nginx lets go of the lock when it comes and takes it again in @cdn: a
+    # waiting request that wakes in between (its timer fires every 500 ms) asks the hub for the redirect again,
+    # then waits in @cdn. Seen once in CI (2 redirects, 1 download); a redirect carries no bytes.
+    assert 1 <= len(resolve) <= 5 and {e["status"] for e in resolve} == {302}
 
 
 def test_a_range_is_served_from_the_whole_file(mirror, upstream):

@@ -21,14 +21,14 @@ import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
 from ansible_collections.llmfleet.engines.plugins.filter.engine_node import CHECKED, engine_node_problems, engine_node_summary
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import engine_node_result, engine_node_stats
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import (
+    LINK, decide, engine_node_result, engine_node_stats,
+)
 
 # The variables checked besides those whose argument spec lists choices (validate.yml's list).
 _MORE_CHECKED = CHECKED + ("engine_node_cache_url", "engine_node_fleet_lock_dir", "engine_node_package",
                            "engine_node_omit_packages")
-_LINK = "engines/vllm/current"
 
 
 # libyaml's loader where PyYAML has it: the spec is read once per host and task, and the pure-Python
@@ -41,42 +41,24 @@ def _spec_options(path):
         return yaml.load(handle, Loader=_LOADER)["argument_specs"]["main"]["options"]
 
 
-def link_name(link):
-    """The environment ``current`` points to, from gpu_probe's ``link``: '' when it is missing, is not
-    a link, or dangles (the role's ``__engine_node_link_name``)."""
-    link = link or {}
-    if link.get("is_link") and link.get("target_exists"):
-        return os.path.basename(str(link.get("target") or "").rstrip("/"))
-    return ""
-
-
-def decide(probe, version, build, package, root):
-    """The decision converge.yml starts from: the plan, the wanted and current environments, the action
-    (converge.yml also resets what a change of this run fills in)."""
-    plan = engine_build_plan(probe, version, build, package)
-    want = "%s-%s" % (plan["version"], plan["build"])
-    was = link_name(probe.get("link"))
-    if plan["build"] == "none":
-        action = "none"
-    elif was == want:
-        action = "unchanged"
-    else:
-        action = "look"
-    return {
-        "__engine_node_facts": probe,
-        "__engine_node_plan": plan,
-        "__engine_node_dir": "%s/engines/vllm" % root,
-        "__engine_node_want": want,
-        "__engine_node_was": was,
-        "__engine_node_action": action,
-    }
+def read_in_this_run(probe, link, nvidia_smi):
+    """``probe`` (the option: what another step of this run read on the node, as gpu_probe returns it, with
+    ``read_with``: the link and nvidia-smi it was read with) when it can stand for this step's own read: read
+    without error at ``link`` with the same ``nvidia_smi`` (None: the one on the node's PATH). Else None, and
+    the step reads the node itself."""
+    if not isinstance(probe, dict) or probe.get("failed") or not isinstance(probe.get("link"), dict):
+        return None
+    read_with = probe.get("read_with")
+    if read_with != {"link": link, "nvidia_smi": nvidia_smi or None}:
+        return None
+    return {k: v for k, v in probe.items() if k != "read_with"}
 
 
 class ActionModule(ActionBase):
     """Check, probe, decide and (on a node with nothing to do) sum up, in one task."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("version", "build", "package", "root", "nvidia_smi", "switch", "validate"))
+    _VALID_ARGS = frozenset(("version", "build", "package", "root", "nvidia_smi", "switch", "validate", "probe"))
 
     def _problems(self, task_vars):
         role = getattr(self._task, "_role", None)
@@ -103,9 +85,16 @@ class ActionModule(ActionBase):
         version, build = str(args["version"]), str(args.get("build") or "auto")
         package, root = str(args.get("package") or "vllm"), str(args["root"])
         probe = {}
-        if build != "none":
+        link = "%s/%s" % (root, LINK)
+        given = read_in_this_run(args.get("probe"), link, args.get("nvidia_smi"))
+        if build != "none" and given is not None:
+            # the node was read in this run by a step before this one, as this step reads it (site.yml:
+            # engine_service's look reads a serving node's GPUs and link in its one module call)
+            probe = given
+            result["gpus"] = probe.get("gpus") or []
+        elif build != "none":
             # the plan needs the driver and the GPUs, not the CUDA version (nvidia-smi -q -x, the slow call)
-            module_args = {"link": "%s/%s" % (root, _LINK), "cuda": False}
+            module_args = {"link": link, "cuda": False}
             if args.get("nvidia_smi"):
                 module_args["nvidia_smi"] = args["nvidia_smi"]
             probe = self._execute_module(module_name="llmfleet.engines.gpu_probe", module_args=module_args,

@@ -29,6 +29,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import LINK, decide, environment_names
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_placement import (
     engine_service_placement_problems,
     engine_service_world_size,
@@ -179,7 +180,7 @@ class ActionModule(ActionBase):
     """Survey a serving node, check the placement, and sum up a settled node, in one task."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
+    _VALID_ARGS = frozenset(("node", "environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
                              "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
                              "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
                              "lock_dir", "refresh"))
@@ -236,10 +237,18 @@ class ActionModule(ActionBase):
                                             boolean(args.get("refresh", False), strict=False), read_kept_lock)
         if args.get("gpus") is None and any("gpus" in m for m in args.get("models") or [] if isinstance(m, dict)):
             reasons.append("the node's GPUs are read with the pins (a model is placed on them)")
+        if reasons and args.get("node") is not None:
+            # before the plan: the look after it pins them (look.yml), then looks
+            result.update(changed=False, settled=False, pins_needed=False, deferred=True, reasons=reasons,
+                          msg="%s: looked at after engine_node's plan (%s)" % (host, "; ".join(reasons)))
+            return result
         if reasons:
             result.update(changed=False, settled=False, pins_needed=True, reasons=reasons,
                           msg="%s: its models are pinned first (%s)" % (host, "; ".join(reasons)))
             return result
+        node = args.get("node")
+        if node is not None:
+            return self._before_plan(result, host, args, node, task_vars, values)
         if "units" not in args:
             try:
                 variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
@@ -257,16 +266,27 @@ class ActionModule(ActionBase):
                 result.update(failed=True, msg="host %s: %s" % (host, exc.message))
                 return result
         module_args = survey_args(args)
+        survey = self._survey(result, host, module_args, task_vars)
+        if survey is None:
+            return result
+        return self._verdict(result, host, args, module_args, survey)
+
+    def _survey(self, result, host, module_args, task_vars):
+        """The node's answer (engine_service_survey), or None with ``result`` failed."""
         survey = self._execute_module(module_name=_SURVEY, module_args=module_args, task_vars=task_vars)
         if survey.get("failed"):
             result.update(failed=True, msg="host %s: reading the node's services failed: %s"
                           % (host, survey.get("msg", "no message")))
-            return result
+            return None
         for key in ("invocation", "deprecations", "changed"):
             survey.pop(key, None)
         result["warnings"] = survey.pop("warnings", [])
-        reasons = list(survey.get("reasons") or [])
-        if survey.get("settled"):
+        return survey
+
+    def _verdict(self, result, host, args, module_args, survey, reasons=()):
+        """Sum up a settled node, or say why it takes the full way."""
+        reasons = list(reasons) + list(survey.get("reasons") or [])
+        if survey.get("settled") and not reasons:
             models = list(args.get("models") or [])
             need_shm = module_args["need_shm"]
             reasons = engine_service_placement_problems(
@@ -292,3 +312,78 @@ class ActionModule(ActionBase):
                          "%s: settled, serving %s (check mode: no gate asked)" % (host, ", ".join(units)))
         # an "ok", its line shown with -v (as engine_node_plan's for a node with nothing to do)
         return result
+
+    def _before_plan(self, result, host, args, node, task_vars, values):
+        """The look before engine_node's plan (``node``: the plan's options): the node is read for the plan in
+        the same module call (``probe``, which site.yml hands the plan), the units are compared with what the
+        role renders for each environment the plan may keep (``candidates``), and the plan's own decision says
+        whether the engine stays. A look it cannot make yet (a pin the controller does not hold, a model placed
+        on GPUs, which needs them read to render its unit) is ``deferred``: site.yml looks after the plan."""
+        result.update(changed=False, settled=False, pins_needed=False, deferred=False)
+        if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
+            result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
+                                           " version, build, package and root, not %r" % (host, node))
+            return result
+        version, build = str(node["version"]), str(node.get("build") or "auto")
+        package, root = str(node.get("package") or "vllm"), str(node["root"])
+        nvidia_smi = str(node.get("nvidia_smi") or "")
+        deferred = []
+        if any(isinstance(m, dict) and "gpus" in m for m in args.get("models") or []):
+            deferred.append("a model is placed on GPUs: its unit is rendered once the plan has read them")
+        names = environment_names(version, build)
+        if not deferred and not names:
+            result.update(reasons=["engine_node_build is none: no engine to keep"],
+                          msg="%s: takes the full way of engine_service (engine_node_build is none)" % host)
+            return result
+        if deferred:
+            result.update(deferred=True, reasons=deferred,
+                          msg="%s: looked at after engine_node's plan (%s)" % (host, "; ".join(deferred)))
+            return result
+        try:
+            variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
+            if "engine_node_package" in task_vars:
+                variables["engine_node_package"] = self._variable("engine_node_package", task_vars, values)
+            service_smi = str(self._variable("engine_service_nvidia_smi", task_vars, values) or "")
+        except KeyError as exc:
+            result.update(failed=True, msg="host %s: engine_service_look renders the units from the variable %s"
+                                           " of the llmfleet.engines.engine_service role, which is not set: run"
+                                           " it from the role (its look_node entry point)" % (host, exc.args[0]))
+            return result
+        candidates, units = {}, None
+        try:
+            for name in names:
+                rendered = rendered_units(variables, name, args["locks"], None)
+                candidates[name] = {u["unit"]: hashlib.sha256(u["text"].encode("utf-8")).hexdigest()
+                                    for u in rendered}
+                # the units' names, URLs and secret files do not depend on the environment
+                units = units if units is not None else [dict(u, text=None) for u in rendered]
+        except AnsibleFilterError as exc:
+            result.update(failed=True, msg="host %s: %s" % (host, exc.message))
+            return result
+        link = "%s/%s" % (root, LINK)
+        args = dict(args, units=units, environment="")
+        module_args = survey_args(args)
+        module_args.update(environment="", version="", candidates=candidates,
+                           probe={"link": link, "nvidia_smi": nvidia_smi or None})
+        for unit in module_args["units"]:
+            unit.pop("text", None)
+        survey = self._survey(result, host, module_args, task_vars)
+        if survey is None:
+            return result
+        probe = survey.pop("probe", None)
+        reasons = []
+        if probe is not None:
+            result["probe"] = dict(probe, read_with={"link": link, "nvidia_smi": nvidia_smi or None})
+            try:
+                decision = decide(probe, version, build, package, root)
+            except AnsibleFilterError as exc:
+                decision = None
+                reasons.append(exc.message)
+            if decision is not None and decision["__engine_node_action"] != "unchanged":
+                reasons.append("engine_node changes the engine (from %s to %s)"
+                               % (decision["__engine_node_was"] or "nothing", decision["__engine_node_want"]))
+            if decision is not None and not reasons:
+                module_args["environment"] = decision["__engine_node_want"]
+                if service_smi == nvidia_smi:
+                    args["gpus"] = probe.get("gpus") or []
+        return self._verdict(result, host, args, module_args, survey, reasons)

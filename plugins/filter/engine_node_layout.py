@@ -9,12 +9,19 @@ Documentation: one ``<filter>.yml`` per filter beside this file."""
 
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
+
+from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
+from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 
 # The role's actions (plan.yml, look.yml): what a node does this run.
 ACTIONS = ("none", "unchanged", "look", "switch", "install")
 PREFERENCES = ("only-managed", "managed", "system", "only-system")
+# The link that names the environment a node runs, below engine_node_root.
+LINK = "engines/vllm/current"
 
 
 def engine_node_layout_dirs(layout, python_preference="only-managed"):
@@ -35,6 +42,49 @@ def engine_node_layout_dirs(layout, python_preference="only-managed"):
     if python_preference != "only-system":
         dirs.append({"path": "/python", "mode": "0755"})
     return dirs + [{"path": "/engines", "mode": "0755"}, {"path": "/engines/vllm", "mode": "0755"}]
+
+
+def link_name(link):
+    """The environment ``current`` points to, from gpu_probe's ``link``: '' when it is missing, is not
+    a link, or dangles (the role's ``__engine_node_link_name``)."""
+    link = link or {}
+    if link.get("is_link") and link.get("target_exists"):
+        return os.path.basename(str(link.get("target") or "").rstrip("/"))
+    return ""
+
+
+def decide(probe, version, build, package, root):
+    """The decision of the engine_node_plan action (and of engine_service_look, which reads the node before
+    the plan where site.yml composes the two): the decision converge.yml starts from: the plan, the wanted and current environments, the action
+    (converge.yml also resets what a change of this run fills in)."""
+    plan = engine_build_plan(probe, version, build, package)
+    want = "%s-%s" % (plan["version"], plan["build"])
+    was = link_name(probe.get("link"))
+    if plan["build"] == "none":
+        action = "none"
+    elif was == want:
+        action = "unchanged"
+    else:
+        action = "look"
+    return {
+        "__engine_node_facts": probe,
+        "__engine_node_plan": plan,
+        "__engine_node_dir": "%s/engines/vllm" % root,
+        "__engine_node_want": want,
+        "__engine_node_was": was,
+        "__engine_node_action": action,
+    }
+
+
+def environment_names(version, build):
+    """The environments a node may be told to run for ``version`` and the request ``build``
+    (engine_node_build): ``<version>-<build>`` for each build ``auto`` may pick, or for the one asked
+    for; none for ``none``. ``decide``'s ``__engine_node_want`` is one of them."""
+    version = str(version).strip().lstrip("v")
+    build = str(build or "auto")
+    if build == "none":
+        return []
+    return ["%s-%s" % (version, b) for b in (_builds.BUILDS if build == "auto" else (build,))]
 
 
 def engine_node_now(action, want, was, job=None, ok=True, installed=False, check_mode=False):

@@ -17,7 +17,9 @@ description:
     not (RV(reasons) says which), since the role's full way reads the rest in its own words.
   - No rollout holds the lock O(lock) (any entry there, link or not).
   - No unit of O(unit_prefix) in O(unit_dir) is left that O(units) does not list.
-  - Each unit file holds its O(units[].text) (read as systemd reads it, through a link). Each unit's secret
+  - With O(probe), the node is read first (RV(probe)) and, with O(candidates), C(current) names one of them.
+  - Each unit file holds its O(units[].text), or has the digest O(candidates) gives it (read as systemd reads it,
+    through a link). Each unit's secret
     file (O(units[].environment_file), missing counting as empty) has the SHA-256 O(units[].secret_sha256).
     No secret is sent or returned.
   - Each model in O(model_paths) exists and O(user) may read and enter it, as C(test -r -a -x) run as O(user) would
@@ -52,9 +54,10 @@ options:
         type: str
         required: true
       text:
-        description: The unit file's text.
+        description:
+          - The unit file's text. Required without O(candidates); with them, each unit file is compared with the
+            digest O(candidates) gives for the environment C(current) names.
         type: str
-        required: true
       url:
         description: Where the engine answers.
         type: str
@@ -87,13 +90,41 @@ options:
     type: path
     required: true
   environment:
-    description: The environment the units run, recorded with each gate.
+    description:
+      - The environment the units run, recorded with each gate. Required without O(probe); with it and
+        left empty, the environment the link O(probe.link) names, and O(version) that environment's release.
     type: str
-    required: true
+    default: ""
   version:
     description: The vLLM version C(/version) must answer; not asked when empty.
     type: str
     default: ""
+  probe:
+    description:
+      - Read the node first as M(llmfleet.engines.gpu_probe) with O(llmfleet.engines.gpu_probe#module:link) and
+        O(llmfleet.engines.gpu_probe#module:cuda=false) reads it for the engine_node role's plan (the driver,
+        the GPUs, glibc, the architecture, and where the link points), and return it (RV(probe)), so that the plan
+        needs no module call of its own. The first part of the look; a read that fails is a reason.
+      - C(nvidia-smi) is run only when no other user can change it, as M(llmfleet.engines.gpu_probe) runs it.
+    type: dict
+    suboptions:
+      link:
+        description: The engine root's C(current) link.
+        type: path
+        required: true
+      nvidia_smi:
+        description: Path of C(nvidia-smi); the one on C(PATH) when left out.
+        type: path
+      timeout:
+        description: Seconds C(nvidia-smi) may take.
+        type: int
+        default: 30
+  candidates:
+    description:
+      - With O(probe), the environments the run keeps (engine_node's plan would leave C(current) as it is when it
+        names one of them), each mapped to the SHA-256 of each unit's text rendered for it (C({environment:
+        {unit: sha256}})). C(current) naming none of them is a reason (the engine changes).
+    type: dict
   steady_timeout:
     description: The gate's window, in seconds.
     type: int
@@ -205,6 +236,12 @@ shm_mib:
   description: The size of C(/dev/shm) in MiB, when O(need_shm) and it was read.
   returned: always
   type: int
+probe:
+  description:
+    - With O(probe), what was read (M(llmfleet.engines.gpu_probe)'s result for the same options, with its
+      RV(llmfleet.engines.gpu_probe#module:link)); absent when the read failed (RV(reasons) says why).
+  returned: when O(probe) is given and the read succeeded
+  type: dict
 recorded:
   description: The units whose gate record was written.
   returned: always
@@ -225,7 +262,7 @@ def main():
             units=dict(type="list", elements="dict", required=True, options=dict(
                 unit=dict(type="str", required=True),
                 name=dict(type="str", required=True),
-                text=dict(type="str", required=True),
+                text=dict(type="str"),
                 url=dict(type="str", required=True),
                 environment_file=dict(type="path", required=True),
                 secret_sha256=dict(type="str", required=True, no_log=False),
@@ -235,7 +272,13 @@ def main():
             unit_prefix=dict(type="str", default="llmfleet-vllm-"),
             lock=dict(type="path", required=True),
             record_dir=dict(type="path", required=True),
-            environment=dict(type="str", required=True),
+            environment=dict(type="str", default=""),
+            probe=dict(type="dict", options=dict(
+                link=dict(type="path", required=True),
+                nvidia_smi=dict(type="path"),
+                timeout=dict(type="int", default=30),
+            )),
+            candidates=dict(type="dict"),
             version=dict(type="str", default=""),
             steady_timeout=dict(type="int", default=120),
             user=dict(type="str", default="llmfleet-vllm"),
@@ -257,6 +300,13 @@ def main():
     p = module.params
     if p["snapshots"] and not p["cache_dir"]:
         module.fail_json(msg="cache_dir is required with snapshots")
+    if not p["environment"] and not p["probe"]:
+        module.fail_json(msg="environment is required without probe")
+    if p["candidates"] is None and any(u["text"] is None for u in p["units"]):
+        module.fail_json(msg="units[].text is required without candidates")
+    if p["probe"] and not p["probe"]["nvidia_smi"]:
+        # the one on PATH, as gpu_probe finds it
+        p["probe"]["nvidia_smi"] = module.get_bin_path("nvidia-smi")
     # the gate's client: no retries (the gate polls), api_key only to the engine's own origin, which is
     # this node's loopback: asked straight through http.client (no proxy, no urllib)
     client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True,

@@ -453,21 +453,9 @@ def main():
             module.warn(_gpu.failure_message(result["compute"]))
 
     if params["link"]:
-        result["link"] = read_link(params["link"])
+        result["link"] = _gpu.read_link(params["link"])
 
     module.exit_json(**result)
-
-
-def read_link(path):
-    """What is at ``path``, read without following it (see RETURN ``link``)."""
-    is_link = os.path.islink(path)
-    return {
-        "path": path,
-        "exists": os.path.lexists(path),
-        "is_link": is_link,
-        "target": os.readlink(path) if is_link else None,
-        "target_exists": os.path.exists(path),
-    }
 
 
 if __name__ == "__main__":

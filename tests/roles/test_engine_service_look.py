@@ -4,9 +4,11 @@ gate, and takes no further step of the role; every way a node can be other than 
 the role's full way, which puts it right. Each case below is an adversary of the look: were it to say
 "settled" for that node, the full way would not run and the assertion that follows would fail.
 
-The playbook is site.yml's own: its engine play's tasks less engine_node's (the node's engine is laid out
-by tests/roles/engines.py, and engine_node_result left as engine_node leaves it on a node it does not
-change), and its rollout play as it is. The weights come from the fake hub, systemd is the role tests' fake."""
+The playbook is site.yml's own: its engine play's tasks less engine_node's install step (the node's engine is
+laid out by tests/roles/engines.py, at the version and build the inventory asks for), engine_node's plan
+included (it takes what the first look read, and decides), and its rollout play as it is. The weights come
+from the fake hub, systemd is the role tests' fake; the node has no nvidia-smi, and its build is asked for by
+name."""
 
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ LOOK = "Look whether this node's models are settled"
 FULL_WAY = "Find the units this role owns on the node"
 # the pinning step (stage_pin.yml's hf_revision), which the look leaves out where the controller keeps the locks
 PIN = "Pin the revisions of the play's models to their commits"
+PLAN = "Check, read and decide what this node runs"
+# the engine the node runs (tests/roles/engines.py lays it out), asked for by name: the node has no nvidia-smi
+NODE = {"engine_node_version": ENV.split("-")[0], "engine_node_build": ENV.split("-")[1]}
 
 
 def _role_step(task):
@@ -43,13 +48,16 @@ def site(tmp_path, node):
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     # the play's own ends too: a settled node leaves the play by its end_host, not by each step's condition
     steps = [t for t in engine["tasks"]
-             if _role_step(t).get("name") == ROLE or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t]
-    assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
-            or "group_by" for t in steps] == ["end_host", "look", "end_host", "systemd", "stage", "group_by"], steps
-    # the look is imported, its defaults the role's own (public: false), the other steps included
-    assert "ansible.builtin.import_role" in steps[1] and steps[1]["ansible.builtin.import_role"]["public"] is False
+             if _role_step(t).get("name") == ROLE or _role_step(t).get("tasks_from") == "plan"
+             or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t]
+    assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta") or "group_by" for t in steps] == [
+        "look_node", "plan", "end_host", "end_host", "look", "end_host", "systemd", "stage", "group_by"], steps
+    # the first look is imported, its defaults the role's own (public: false), the other steps included
+    assert steps[0]["ansible.builtin.import_role"]["public"] is False, steps[0]
+    assert "public" not in steps[4]["ansible.builtin.include_role"], steps[4]
+    # engine_node's private facts, which the full way's prune reads (the plan below sets engine_node_result)
     facts = node._engine_node_facts(False, None, ENV)  # pylint: disable=protected-access
-    engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False,
+    engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False, "vars": engine["vars"],
                    "tasks": [{"name": "Leave what engine_node leaves on a node it does not change",
                               "ansible.builtin.set_fact": facts}] + steps}
     path = pathlib.Path(tmp_path) / "site.yml"
@@ -58,9 +66,16 @@ def site(tmp_path, node):
 
 
 def looks(run):
-    """The looks that ran on the node: one where the controller holds the models' locks, else a first one
-    (``pins_needed``) and a second after the pinning step (look_pinned.yml)."""
+    """The looks that ran on the node: one (before the plan) where the controller holds the models' locks, else
+    that one (``deferred``), one after the plan (``pins_needed``) and one after the pinning step
+    (look_pinned.yml)."""
     return [t["result"] for t in run.task(LOOK) if t["host"] == "node" and t["status"] != "skipped"]
+
+
+def plan(run):
+    """engine_node's plan's result on the node."""
+    (task,) = [t for t in run.task(PLAN) if t["host"] == "node"]
+    return task["result"]
 
 
 def looked(run):
@@ -84,6 +99,12 @@ def settled_run(node, playbook, models, extra):
     assert full_way(run) == 0, run.explain()
     # the lock kept on the controller (engine_service_model_lock_dir) pins the model: one look, no pinning step
     assert len(looks(run)) == 1 and look["pins_needed"] is False and pinned_by_the_hub(run) == 0, run.explain()
+    assert look["deferred"] is False, look
+    # the look read the node for the plan: the plan decided from that read, reading nothing itself
+    assert look["probe"]["read_with"] == {"link": str(node.root / "engines" / "vllm" / "current"),
+                                          "nvidia_smi": None}, look["probe"]
+    assert (plan(run)["action"], plan(run)["current"]) == ("unchanged", ENV), plan(run)
+    assert plan(run)["plan"]["__engine_node_facts"]["link"] == look["probe"]["link"], plan(run)
     return run, look
 
 
@@ -102,16 +123,17 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     node.set_current(ENV)
     models = pinned(node, "v1", api_key="key-of-the-look-test")
     unit, commit = node.unit(models[0]), commit_of(hub, "v1")
-    extra = dict(hub_vars(hub, tmp_path), engine_service_steady_timeout=3, engine_service_lock_wait=0)
+    extra = dict(hub_vars(hub, tmp_path), engine_service_steady_timeout=3, engine_service_lock_wait=0, **NODE)
     playbook = site(tmp_path, node)
 
     # a fresh node: nothing is there, the full way serves it; no lock is kept yet, so the first look leaves the
     # pin to the pinning step (which writes the lock), and the second look finds the node unsettled
     run = unsettled_run(node, playbook, models, extra, "%s is not on the node" % unit)
     assert full_way(run) == 1 and run.result["settled"] is False and run.result["units"] == [unit], run.explain()
-    first, second = looks(run)
-    assert first["pins_needed"] is True and first["reasons"] == [
-        "no lock of %s@v1 is kept in %s yet" % (models[0]["model"], tmp_path / "locks")], first
+    early, first, second = looks(run)
+    why = ["no lock of %s@v1 is kept in %s yet" % (models[0]["model"], tmp_path / "locks")]
+    assert early["deferred"] is True and early["reasons"] == why and "probe" not in early, early
+    assert first["pins_needed"] is True and first["reasons"] == why, first
     assert second["pins_needed"] is False and pinned_by_the_hub(run) == 1, run.explain()
     pid = node.main_pid(unit)
     record = node.root / "engines" / "vllm" / (unit + ".gate.json")
@@ -215,7 +237,7 @@ def test_check_mode_looks_without_a_gate_or_a_record(node, upstream, tmp_path):
     node.set_current(ENV)
     models = pinned(node, "v1")
     unit = node.unit(models[0])
-    extra = hub_vars(hub, tmp_path)
+    extra = dict(hub_vars(hub, tmp_path), **NODE)
     playbook = site(tmp_path, node)
     run = node.play(models, extra_vars=extra, playbook=playbook)
     assert run.rc == 0, run.explain()
@@ -238,7 +260,7 @@ def test_without_kept_locks_the_hub_pins_each_run_and_the_look_goes_on_and_a_bad
     node.make_env(*ENV.split("-"))
     node.set_current(ENV)
     models = pinned(node, "v1")
-    extra = {"engine_service_hf_endpoint": hub.url + "/hub", "engine_service_steady_timeout": 3}
+    extra = dict({"engine_service_hf_endpoint": hub.url + "/hub", "engine_service_steady_timeout": 3}, **NODE)
     playbook = site(tmp_path, node)
     run = node.play(models, extra_vars=extra, playbook=playbook)
     assert run.rc == 0 and full_way(run) == 1, run.explain()
@@ -246,10 +268,11 @@ def test_without_kept_locks_the_hub_pins_each_run_and_the_look_goes_on_and_a_bad
     # no lock kept on the controller: each run pins by the hub (once for the play), then the node is settled
     run = node.play(models, extra_vars=extra, playbook=playbook)
     assert run.rc == 0, run.explain()
-    first, second = looks(run)
-    assert first["pins_needed"] is True and first["reasons"] == [
-        "the revision of %s@v1 is pinned by the hub in each run (engine_service_model_lock_dir is not set)"
-        % models[0]["model"]], first
+    early, first, second = looks(run)
+    why = ["the revision of %s@v1 is pinned by the hub in each run (engine_service_model_lock_dir is not set)"
+           % models[0]["model"]]
+    assert early["deferred"] is True and early["reasons"] == why, early
+    assert first["pins_needed"] is True and first["reasons"] == why, first
     assert second["settled"] is True and second["pins_needed"] is False, second
     assert pinned_by_the_hub(run) == 1 and full_way(run) == 0, run.explain()
 

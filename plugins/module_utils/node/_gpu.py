@@ -61,6 +61,7 @@ import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
@@ -445,6 +446,31 @@ def gather_facts(run, nvidia_smi, timeout=30, cuda=True):
         driver = info["driver_version"] or driver
         cuda_version = info["cuda_version"]
     facts.update(driver_version=driver, cuda_version=cuda_version, gpus=gpus, gpu_count=len(gpus))
+    return facts
+
+
+def read_link(path):
+    """What is at ``path``, read without following it (gpu_probe's RETURN ``link``): ``path``, ``exists``,
+    ``is_link``, ``target`` (as written in the link, None when it is not one) and ``target_exists``."""
+    is_link = os.path.islink(path)
+    return {
+        "path": path,
+        "exists": os.path.lexists(path),
+        "is_link": is_link,
+        "target": os.readlink(path) if is_link else None,
+        "target_exists": os.path.exists(path),
+    }
+
+
+def read_node(run, nvidia_smi, link, timeout=30):
+    """What engine_node's plan reads on a node (gpu_probe with ``link`` and ``cuda`` false): the GPU facts
+    (:func:`gather_facts`, no CUDA version) and ``link`` (:func:`read_link`). ``nvidia_smi`` is run only
+    when no other user can change it (the privilege line of gpu_probe); else :class:`GpuError`."""
+    problem = untrusted_component(nvidia_smi) if nvidia_smi and os.path.lexists(nvidia_smi) else None
+    if problem is not None:
+        raise GpuError("nvidia_smi %s is not run: %s; fix: %s" % (nvidia_smi, problem.describe(), problem.fix))
+    facts = gather_facts(run, nvidia_smi, timeout, cuda=False)
+    facts["link"] = read_link(link)
     return facts
 
 

@@ -20,6 +20,8 @@ own words:
 - each model given as a path exists and the service user may read it;
 - each pinned model's snapshot is complete, with nothing to prune, and no model the node no longer
   pins has anything to prune;
+- with ``probe`` (site.yml, before engine_node's plan), ``current`` names an environment of
+  ``candidates`` (one the run keeps), whose digests the unit files must have;
 - each unit passes the steady readiness gate (``_ready.Gate``, judged by a window of this call),
   unless in check mode.
 
@@ -152,6 +154,15 @@ def _unlisted_prune_pending(cache_dir, repos, in_use):
     return out
 
 
+def current_name(link):
+    """The environment ``current`` names, from ``read_link``'s result: '' when it is missing, is not a
+    link, or dangles (engine_node's ``link_name``)."""
+    link = link or {}
+    if link.get("is_link") and link.get("target_exists"):
+        return os.path.basename(str(link.get("target") or "").rstrip("/"))
+    return ""
+
+
 def gate_figure(unit, env_name, result):
     """One gate record of the steady gate, in the role's shape (``_ready.gate_record``)."""
     return _ready.gate_record(unit, env_name, "steady", result)
@@ -171,8 +182,9 @@ class Look:
     (tests give their own)."""
 
     def __init__(self, params, run, systemctl, client, journalctl=None, check_mode=False,
-                 gate_factory=_ready.Gate, shm=SHM, may_read=user_may_read):
+                 gate_factory=_ready.Gate, shm=SHM, may_read=user_may_read, read_node=None):
         self.p = params
+        self.read_node = read_node
         self.run = run
         self.systemctl = systemctl
         self.may_read = may_read
@@ -186,6 +198,41 @@ class Look:
                        "shm_mib": None, "recorded": []}
 
     # -- the parts, cheapest first -------------------------------------------------------------
+    def _node(self):
+        """With ``probe``: the node read as engine_node's plan reads it (its GPUs, and where ``current``
+        points), returned for the plan (``probe``); the environment is then the one ``current`` names, and
+        each unit file is compared with the digest ``candidates`` gives for that environment."""
+        spec = self.p.get("probe")
+        if not spec:
+            return
+        try:
+            if self.read_node is None:
+                from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+
+                probe = _gpu.read_node(self.run, spec.get("nvidia_smi"), spec["link"], spec.get("timeout") or 30)
+            else:
+                probe = self.read_node(spec)
+        except LlmfleetError as exc:
+            # the plan reads the node again and says it in its own words
+            self.reasons.append("reading the node's GPUs: %s" % (getattr(exc, "msg", None) or exc))
+            return
+        self.result["probe"] = probe
+        if self.p.get("environment"):
+            return
+        environment = current_name(probe.get("link"))
+        self.p["environment"] = environment
+        self.p["version"] = environment.rsplit("-", 1)[0] if "-" in environment else environment
+        candidates = self.p.get("candidates")
+        if candidates is None:
+            return
+        expected = candidates.get(environment)
+        if expected is None:
+            self.reasons.append("the engine changes: current is %s, not an environment this run keeps (%s)"
+                                % (environment or "nothing", ", ".join(sorted(candidates)) or "none"))
+            return
+        for unit in self.p["units"]:
+            unit["sha256"] = expected.get(unit["unit"])
+
     def _lock(self):
         if os.path.lexists(self.p["lock"]):
             self.reasons.append("a rollout holds this node's lock (%s)" % self.p["lock"])
@@ -210,7 +257,8 @@ class Look:
                 self.reasons.append(problem)
             elif text is None:
                 self.reasons.append("%s is not on the node" % unit["unit"])
-            elif text != unit["text"]:
+            elif (text != unit["text"] if unit.get("text") is not None else
+                  hashlib.sha256(text.encode("utf-8")).hexdigest() != unit.get("sha256")):
                 self.reasons.append("%s differs from what the role renders" % unit["unit"])
             secret, problem = _read_text(unit["environment_file"])
             if problem:
@@ -317,7 +365,7 @@ class Look:
     def look(self):
         """The result dict: ``settled``, ``reasons``, ``states``, ``gates``, ``orphans``, ``shm_mib``,
         ``recorded``. Stops at the first part that finds a reason: the full way reads the rest."""
-        for part in (self._lock, self._orphans, self._files, self._states, self._paths, self._shm,
+        for part in (self._node, self._lock, self._orphans, self._files, self._states, self._paths, self._shm,
                      self._snapshots, self._gates):
             try:
                 part()

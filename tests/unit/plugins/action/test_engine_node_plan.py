@@ -20,6 +20,7 @@ try:
     from ansible.parsing.dataloader import DataLoader
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_node_plan
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import link_name
 finally:
     _internal.is_controller = _before
 
@@ -135,4 +136,46 @@ def test_a_build_the_node_cannot_take_fails_before_any_look_up_unless_it_is_curr
     (None, ""),
 ])
 def test_current_is_read_only_from_a_link_that_does_not_dangle(link, name):
-    assert engine_node_plan.link_name(link) == name
+    assert link_name(link) == name
+
+
+CURRENT = {"path": "/opt/llmfleet/engines/vllm/current", "exists": True, "is_link": True,
+           "target": "/opt/llmfleet/engines/vllm/0.20.0-cu13", "target_exists": True}
+READ_WITH = {"link": "/opt/llmfleet/engines/vllm/current", "nvidia_smi": None}
+
+
+def test_a_node_read_in_this_run_as_the_plan_reads_it_is_not_read_again():
+    given = dict(H100, link=CURRENT, read_with=READ_WITH)
+    res, calls = _run(dict(ARGS, probe=given), _vars())
+    assert calls == []
+    assert (res["action"], res["current"], res["pending"]) == ("unchanged", "0.20.0-cu13", "")
+    assert res["gpus"] == H100["gpus"]
+    assert "read_with" not in res["plan"]["__engine_node_facts"]
+    # the same decision as from its own read
+    own, own_calls = _run(dict(ARGS), _vars(), link=CURRENT)
+    assert len(own_calls) == 1
+    assert {k: v for k, v in own["plan"].items() if k != "__engine_node_facts"} == {
+        k: v for k, v in res["plan"].items() if k != "__engine_node_facts"}
+
+
+@pytest.mark.parametrize("given", [
+    # read at another link (another engine_node_root), or with another nvidia-smi
+    dict(H100, link=CURRENT, read_with=dict(READ_WITH, link="/srv/engines/vllm/current")),
+    dict(H100, link=CURRENT, read_with=dict(READ_WITH, nvidia_smi="/opt/nvidia/bin/nvidia-smi")),
+    # without saying how it was read; a failed read; no link read; not a read at all
+    dict(H100, link=CURRENT),
+    dict(H100, link=CURRENT, read_with=READ_WITH, failed=True),
+    dict(H100, read_with=READ_WITH),
+    None, "", [],
+])
+def test_a_read_that_cannot_stand_for_the_plans_own_is_not_used(given):
+    res, calls = _run(dict(ARGS, probe=given), _vars(), link={"is_link": False})
+    assert [name for name, _args in calls] == ["llmfleet.engines.gpu_probe"]
+    assert res["action"] == "look"  # from its own read (no current), not from the given one
+
+
+def test_a_read_with_the_same_nvidia_smi_is_used():
+    smi = "/opt/nvidia/bin/nvidia-smi"
+    given = dict(H100, link=CURRENT, read_with=dict(READ_WITH, nvidia_smi=smi))
+    res, calls = _run(dict(ARGS, probe=given, nvidia_smi=smi), _vars())
+    assert calls == [] and res["action"] == "unchanged"

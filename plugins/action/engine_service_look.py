@@ -383,7 +383,7 @@ class ActionModule(ActionBase):
                 reasons.append("engine_node changes the engine (from %s to %s)"
                                % (decision["__engine_node_was"] or "nothing", decision["__engine_node_want"]))
             if decision is not None and not reasons:
-                module_args["environment"] = decision["__engine_node_want"]
+                module_args = dict(module_args, environment=decision["__engine_node_want"])
                 if service_smi == nvidia_smi:
                     args["gpus"] = probe.get("gpus") or []
         return self._verdict(result, host, args, module_args, survey, reasons)

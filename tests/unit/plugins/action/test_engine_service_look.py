@@ -533,3 +533,114 @@ def test_the_look_reads_each_variable_the_roles_expression_names():
     named = set(re.findall(r"\b((?:engine_service|engine_node)_\w+)\b", expression))
     named.discard("engine_service_units")  # the filter
     assert named == set(engine_service_look.UNIT_VARIABLES) | {"engine_node_package"}
+
+
+# -- before engine_node's plan (look_node.yml): the node read for the plan in the same module call --------------
+
+try:
+    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import environment_names
+finally:
+    _internal.is_controller = _before
+
+NODE = {"version": "0.20.0", "build": "auto", "package": "vllm", "root": ROOT, "nvidia_smi": ""}
+H100_PROBE = {"nvidia_smi": "/usr/bin/nvidia-smi", "driver_version": "580.65.06", "cuda_version": None,
+              "driver_error": None, "glibc": "2.39", "architecture": "x86_64", "gpus": NODE_GPUS, "gpu_count": 1}
+UNITS = ["llmfleet-vllm-chat.service", "llmfleet-vllm-code.service", "llmfleet-vllm-embed.service"]
+
+
+def probe_at(current):
+    link = {"path": ROOT + "/engines/vllm/current", "exists": True, "is_link": True,
+            "target": ROOT + "/engines/vllm/" + current, "target_exists": True}
+    return dict(H100_PROBE, link=link)
+
+
+def node_vars(tmp_path, **over):
+    return dict(role_vars(engine_service_model_lock_dir=keep_locks(tmp_path), engine_service_nvidia_smi=""), **over)
+
+
+def test_before_the_plan_a_settled_node_is_one_module_call_that_reads_the_node_for_the_plan(tmp_path):
+    answer = settled_survey(UNITS, probe=probe_at(ENV))
+    res, calls = _run({"node": NODE, "validate": True}, answer, task_vars=node_vars(tmp_path))
+    assert res["settled"] is True and res["deferred"] is False and not res.get("failed"), res
+    ((name, sent),) = calls
+    assert name == "llmfleet.engines.engine_service_survey"
+    # the node is read as the plan reads it; the environment is the one `current` names, found on the node
+    assert sent["probe"] == {"link": ROOT + "/engines/vllm/current", "nvidia_smi": None}
+    assert (sent["environment"], sent["version"]) == ("", "")
+    # no unit text is sent: the digest of each, rendered for each environment the plan may keep
+    assert all("text" not in u for u in sent["units"]) and [u["unit"] for u in sent["units"]] == UNITS
+    assert sorted(sent["candidates"]) == sorted(environment_names("0.20.0", "auto")) == [
+        "0.20.0-cpu", "0.20.0-cu129", "0.20.0-cu13"]
+    for env, by_unit in sent["candidates"].items():
+        rendered = engine_service_units(MODELS, ROOT, env, locks=LOCKS, api_key=True)
+        assert by_unit == {u["unit"]: hashlib.sha256(u["text"].encode("utf-8")).hexdigest() for u in rendered}
+    assert len({json.dumps(c, sort_keys=True) for c in sent["candidates"].values()}) == 3
+    # summed up as the look after the plan sums up, for the environment the plan keeps
+    assert (res["current"], res["units"], res["mode"]) == (ENV, UNITS, "steady")
+    assert res["ansible_stats"]["data"]["engine_service"]["n1"]["current"] == ENV
+    # the read, for the plan (engine_node_probe), with how it was read
+    assert res["probe"] == dict(probe_at(ENV), read_with={"link": ROOT + "/engines/vllm/current", "nvidia_smi": None})
+    text = json.dumps(res) + json.dumps(sent["candidates"])
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_before_the_plan_a_build_asked_for_by_name_has_one_candidate(tmp_path):
+    res, calls = _run({"node": dict(NODE, build="cu129")}, settled_survey(UNITS, probe=probe_at("0.20.0-cu129")),
+                      task_vars=node_vars(tmp_path))
+    ((_name, sent),) = calls
+    assert sorted(sent["candidates"]) == ["0.20.0-cu129"] and res["settled"] is True and res["current"] == "0.20.0-cu129"
+
+
+def test_before_the_plan_a_settled_survey_whose_engine_the_plan_changes_is_not_settled(tmp_path):
+    # current is the cu129 build, and auto picks cu13 on this driver: engine_node installs it
+    res, _calls = _run({"node": NODE}, settled_survey(UNITS, probe=probe_at("0.20.0-cu129")),
+                       task_vars=node_vars(tmp_path))
+    assert res["settled"] is False and "ansible_stats" not in res, res
+    assert res["reasons"] == ["engine_node changes the engine (from 0.20.0-cu129 to 0.20.0-cu13)"]
+    # the plan still takes the read
+    assert res["probe"]["link"]["target"].endswith("0.20.0-cu129")
+
+
+def test_before_the_plan_the_placement_is_checked_as_after_it(tmp_path):
+    models = [dict(MODELS[2], args=["--tensor-parallel-size", "2"])]
+    variables = node_vars(tmp_path, engine_service_models=models)
+    res, calls = _run({"node": NODE}, settled_survey(["llmfleet-vllm-embed.service"], probe=probe_at(ENV), shm_mib=64),
+                      task_vars=variables)
+    assert calls[0][1]["need_shm"] is True
+    assert res["settled"] is False and res["reasons"][0].startswith("/dev/shm has 64 MiB and "), res
+
+
+@pytest.mark.parametrize("over, reason", [
+    ({"engine_service_model_lock_dir": ""},
+     "the revision of org/chat@main is pinned by the hub in each run (engine_service_model_lock_dir is not set)"),
+    ({"engine_service_models": [dict(MODELS[0], gpus=[0])]},
+     "the node's GPUs are read with the pins (a model is placed on them)"),
+])
+def test_before_the_plan_a_look_that_needs_the_plan_first_is_deferred_without_asking_the_node(tmp_path, over, reason):
+    res, calls = _run({"node": NODE}, settled_survey(UNITS, probe=probe_at(ENV)), task_vars=node_vars(tmp_path, **over))
+    assert calls == [] and res["deferred"] is True and res["settled"] is False and res["pins_needed"] is False, res
+    assert res["reasons"][0] == reason and "probe" not in res
+    assert res["msg"].startswith("n1: looked at after engine_node's plan (")
+
+
+def test_before_the_plan_build_none_keeps_no_engine_and_asks_nothing(tmp_path):
+    res, calls = _run({"node": dict(NODE, build="none")}, settled_survey(UNITS), task_vars=node_vars(tmp_path))
+    assert calls == [] and res["settled"] is False and res["deferred"] is False, res
+    assert res["reasons"] == ["engine_node_build is none: no engine to keep"]
+
+
+def test_before_the_plan_a_node_that_could_not_be_read_gives_the_plan_nothing(tmp_path):
+    answer = {"settled": False, "reasons": ["reading the node's GPUs: nvidia-smi did not answer within 30 s"],
+              "states": {}, "gates": [], "orphans": [], "shm_mib": None, "recorded": []}
+    res, _calls = _run({"node": NODE}, answer, task_vars=node_vars(tmp_path))
+    assert res["settled"] is False and "probe" not in res
+    assert res["reasons"] == answer["reasons"]
+
+
+@pytest.mark.parametrize("node", [{"version": "0.20.0"}, "0.20.0", {}])
+def test_before_the_plan_node_must_give_the_plans_options(tmp_path, node):
+    res, calls = _run({"node": node}, settled_survey(UNITS), task_vars=node_vars(tmp_path))
+    assert calls == [] and res["failed"] is True
+    assert res["msg"].startswith("host n1: engine_service_look: node must give the engine_node plan's version,"
+                                 " build, package and root")

@@ -677,3 +677,107 @@ def test_an_unlisted_repo_is_pending_exactly_when_model_prune_would_change_it(no
     assert code == 0 and pruned["changed"] is pending, pruned
     result, _run, _gates = look(node.params(cache_dir=str(cache), snapshots=[{"lock": lock}], in_use=[COMMIT]))
     assert result["settled"] is True, result["reasons"]
+
+
+# -- before engine_node's plan: the node read for the plan, the units compared by digest ----------------------
+
+def probe_of(root, current):
+    """What ``read_node`` returns: the GPU facts and the ``current`` link naming ``current`` ('' : no link)."""
+    link = {"path": str(root / "current"), "exists": bool(current), "is_link": bool(current),
+            "target": str(root / current) if current else None, "target_exists": bool(current)}
+    return {"nvidia_smi": None, "driver_version": None, "cuda_version": None, "gpus": [], "gpu_count": 0,
+            "driver_error": "no nvidia-smi on this node", "glibc": "2.36", "architecture": "x86_64", "link": link}
+
+
+def before_plan(node, candidates, **over):
+    """The survey's parameters before the plan: no environment, no unit texts, ``probe`` and ``candidates``."""
+    units = [{k: v for k, v in u.items() if k != "text"} for u in node.units]
+    params = node.params(units=units, environment="", version="", candidates=candidates,
+                         probe={"link": str(node.root / "current"), "nvidia_smi": None})
+    params.update(over)
+    return params
+
+
+def digests(node, **edits):
+    return {u["unit"]: sha256_text(edits.get(u["unit"], u["text"])) for u in node.units}
+
+
+def test_before_the_plan_the_node_is_read_for_it_and_the_units_are_compared_for_the_environment_current_names(
+        node):
+    asked = []
+
+    def read_node(spec):
+        asked.append(spec)
+        return probe_of(node.root, ENV)
+
+    other = {u["unit"]: "0" * 64 for u in node.units}
+    result, _run, gates = look(before_plan(node, {ENV: digests(node), "0.20.0-cu129": other}), read_node=read_node)
+    assert result["settled"] is True, result["reasons"]
+    assert asked == [{"link": str(node.root / "current"), "nvidia_smi": None}]
+    assert result["probe"] == probe_of(node.root, ENV)
+    # the environment and its release, as the plan names them: recorded with each gate, asked of each engine
+    assert [c["version"] for c in gates.calls] == ["0.20.0"] * len(node.units)
+    assert {g["environment"] for g in result["gates"]} == {ENV} and len(result["recorded"]) == len(node.units)
+
+
+def test_before_the_plan_a_unit_file_other_than_the_digest_for_current_is_not_settled(node):
+    unit = node.units[0]["unit"]
+    edited = digests(node, **{unit: "[Unit]\nDescription=edited\n"})
+    result, _run, gates = look(before_plan(node, {ENV: edited}), read_node=lambda spec: probe_of(node.root, ENV))
+    not_settled(result, "^%s differs from what the role renders$" % re.escape(unit))
+    assert gates.calls == [] and "probe" in result
+
+
+@pytest.mark.parametrize("current, words", [
+    ("0.11.2-cu129", "current is 0.11.2-cu129, not an environment this run keeps (0.20.0-cpu, 0.20.0-cu13)"),
+    ("", "current is nothing, not an environment this run keeps (0.20.0-cpu, 0.20.0-cu13)"),
+])
+def test_before_the_plan_current_naming_no_candidate_is_the_engine_changing(node, current, words):
+    result, _run, gates = look(before_plan(node, {ENV: digests(node), "0.20.0-cpu": digests(node)}),
+                               read_node=lambda spec: probe_of(node.root, current))
+    not_settled(result, "^the engine changes: %s$" % re.escape(words))
+    # nothing gated, nothing recorded; the read still goes to the plan
+    assert gates.calls == [] and node.records() == [] and result["probe"]["link"]["is_link"] is bool(current)
+
+
+def test_before_the_plan_a_node_that_cannot_be_read_is_not_settled_and_gives_the_plan_nothing(node):
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node._gpu import NvidiaSmiTimeout
+
+    def read_node(spec):
+        raise NvidiaSmiTimeout("nvidia-smi did not answer within 30 s")
+
+    result, _run, gates = look(before_plan(node, {ENV: digests(node)}), read_node=read_node)
+    not_settled(result, "^reading the node's GPUs: nvidia-smi did not answer within 30 s$")
+    assert "probe" not in result and gates.calls == []
+
+
+def test_the_node_is_read_as_the_plan_reads_it_with_a_program_no_other_user_can_change(node, tmp_path):
+    """The real read (no stand-in): nvidia-smi's answer, and the link; a program others may write is not run."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H100 80GB HBM3, GPU-1, 9.0, 81559, 580.65.06'\n")
+    smi.chmod(0o755)
+    (node.root / ENV).mkdir()
+    (node.root / "current").symlink_to(node.root / ENV)
+    params = before_plan(node, {ENV: digests(node)})
+    params["probe"]["nvidia_smi"] = str(smi)
+    calls = []
+
+    def run(argv, timeout=None):
+        calls.append(argv)
+        proc = __import__("subprocess").run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+    result, _run, _gates = look(params, run=run)
+    assert result["settled"] is True, result["reasons"]
+    probe = result["probe"]
+    assert (probe["driver_version"], probe["gpu_count"], probe["cuda_version"]) == ("580.65.06", 1, None)
+    assert probe["link"]["target"] == str(node.root / ENV) and probe["link"]["target_exists"] is True
+    # no -q -x: the plan reads the driver and the GPUs, not the CUDA version
+    assert [argv[0] for argv in calls] == [str(smi)] and "-q" not in calls[0]
+    if os.geteuid() == 0:
+        smi.chmod(0o777)
+        result, _run, _gates = look(before_plan(node, {ENV: digests(node)}, probe={
+            "link": str(node.root / "current"), "nvidia_smi": str(smi)}), run=run)
+        not_settled(result, "^reading the node's GPUs: nvidia_smi %s is not run: " % re.escape(str(smi)))
+        assert len(calls) == 1

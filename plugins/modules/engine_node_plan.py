@@ -27,6 +27,7 @@ description:
     under C(engine_node), and says what the node runs in RV(msg).
   - A build asked for by name whose wheel the node cannot take fails the node, before any
     look-up or download, unless C(current) already is that build.
+  - Where O(probe) holds a read of this run made as this one reads, the node is not read again.
   - Read-only; changes nothing on the node and asks nothing upstream.
   - Meant for the role's own task files (it reads the role's C(meta/argument_specs.yml)); a
     playbook uses the role, or its C(plan) entry point.
@@ -63,6 +64,18 @@ options:
     description: Check the host's C(engine_node_*) variables first.
     type: bool
     default: true
+  probe:
+    description:
+      - >-
+        What an earlier step of this run read on the node as this one reads it (M(llmfleet.engines.gpu_probe)'s
+        result with its C(link)), with C(read_with), the link and C(nvidia-smi) it was read with
+        (C({link, nvidia_smi}), C(nvidia_smi) null for the one on C(PATH)): C(engine_node_probe).
+      - >-
+        Used instead of running M(llmfleet.engines.gpu_probe) when it was read at C(<root>/engines/vllm/current)
+        with the same O(nvidia_smi); anything else (none, a failed read, another link or C(nvidia-smi)) and the
+        node is read here. C(playbooks/site.yml) gives it what M(llmfleet.engines.engine_service_look) read on a
+        serving node, so that such a node costs one module call.
+    type: raw
 attributes:
   check_mode:
     support: full

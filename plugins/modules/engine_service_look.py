@@ -13,8 +13,10 @@ version_added: 0.10.0
 description:
   - The C(look) step of the C(llmfleet.engines.engine_service) role, as one task per serving node (an
     action that runs on the controller and calls M(llmfleet.engines.engine_service_survey) on the node).
-    C(playbooks/site.yml) runs it in its engine play on each serving node whose engine
-    C(llmfleet.engines.engine_node) leaves as it is.
+    C(playbooks/site.yml) runs it in its engine play on each serving node, first before
+    C(llmfleet.engines.engine_node)'s plan (O(node), the role's C(look_node) entry point), where its one module
+    call also reads the node for that plan; where that look is deferred, again after the plan on a node whose
+    engine stays (the role's C(look) entry point).
   - On the controller, first (O(validate)) checks the role's variables as the role's C(validate.yml) does, with
     the same function and words (P(llmfleet.engines.engine_service_variable_problems#filter)); a problem fails the
     host before anything is read.
@@ -27,6 +29,14 @@ description:
     and O(gpus)), unless O(units) is given. Works out each unit's secret file from the role's variables (only its
     SHA-256 goes to the node). Then has the node read everything the role would change, and gate each model, in
     one module call.
+  - >-
+    With O(node) (before the plan), O(environment) is not known yet: the units are rendered for each environment
+    the plan may keep (C(<version>-<build>) for each build O(node.build) may pick) and only their digests are sent;
+    the module reads the node as M(llmfleet.engines.gpu_probe) reads it for the plan (RV(probe)), takes the
+    environment C(current) names, and compares the unit files with that environment's digests. Then the plan's
+    own decision (the same function C(llmfleet.engines.engine_node_plan) calls, on the same read) must leave
+    C(current) as it is, or the node is not settled. A pin that is not held, or a model placed on GPUs (whose
+    unit needs the GPUs read first), defers the look (RV(deferred)) without asking the node anything.
   - Then checks the models' placement on the node's GPUs, C(/dev/shm) and C(LimitNOFILE), as the
     role's preflight does (P(llmfleet.engines.engine_service_placement_problems#filter)).
   - A node where all of it holds is settled. It is summed up as the role's last step sums a node
@@ -41,9 +51,16 @@ author:
   - llmfleet maintainers (@llmfleet)
 options:
   environment:
-    description: The environment the units run (what C(current) names).
+    description: The environment the units run (what C(current) names). Required without O(node).
     type: str
-    required: true
+  node:
+    description:
+      - >-
+        Look before C(llmfleet.engines.engine_node)'s plan, and read the node for it (see the description):
+        that plan's options on this host, C(version), C(build), C(package), C(root) and C(nvidia_smi)
+        (C(engine_node_version), C(engine_node_build), C(engine_node_package), C(engine_node_root),
+        C(engine_node_nvidia_smi); empty - the one on the node's C(PATH)).
+    type: dict
   validate:
     description: Check the role's variables first (P(llmfleet.engines.engine_service_variable_problems#filter)).
     type: bool
@@ -133,7 +150,19 @@ seealso:
 """
 
 EXAMPLES = r"""
-# In the engine_service role (tasks/look.yml), which site.yml includes
+# In the engine_service role (tasks/look_node.yml), which site.yml imports before engine_node's plan
+- name: Look whether this node's models are settled, reading it for the plan
+  llmfleet.engines.engine_service_look:
+    node:
+      version: "{{ engine_node_version }}"
+      build: "{{ engine_node_build }}"
+      package: "{{ engine_node_package }}"
+      root: "{{ engine_node_root }}"
+      nvidia_smi: "{{ engine_node_nvidia_smi }}"
+    validate: true
+  register: engine_service_result
+
+# In the engine_service role (tasks/look.yml), which site.yml includes after the plan
 # (every other option is the role's variable)
 - name: Look whether this node's models are settled
   llmfleet.engines.engine_service_look:
@@ -159,6 +188,19 @@ pins_needed:
       why, and the node was not asked anything.
   returned: always
   type: bool
+deferred:
+  description:
+    - With O(node), whether the look was left for after the plan (a pin not held, a model placed on GPUs); RV(reasons)
+      says why, and the node was not asked anything.
+  returned: with O(node)
+  type: bool
+probe:
+  description:
+    - With O(node), what the module read for the plan (M(llmfleet.engines.gpu_probe)'s result with its
+      C(link)), and C(read_with) (the link and C(nvidia-smi) it was read with); C(playbooks/site.yml) hands it to the
+      plan as C(engine_node_probe).
+  returned: with O(node), when the node was read
+  type: dict
 survey:
   description: What M(llmfleet.engines.engine_service_survey) returned.
   returned: when the node was read and is not settled

@@ -121,9 +121,10 @@ options:
         default: 30
   candidates:
     description:
-      - With O(probe), the environments the run keeps (engine_node's plan would leave C(current) as it is when it
-        names one of them), each mapped to the SHA-256 of each unit's text rendered for it (C({environment:
-        {unit: sha256}})). C(current) naming none of them is a reason (the engine changes).
+      - >-
+        With O(probe), the environments the run keeps (engine_node's plan would leave C(current) as it is when it
+        names one of them), each mapped to the SHA-256 of each unit's text rendered for it, as
+        C({environment: {unit: sha256}}). C(current) naming none of them is a reason (the engine changes).
     type: dict
   steady_timeout:
     description: The gate's window, in seconds.

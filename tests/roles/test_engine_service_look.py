@@ -32,7 +32,7 @@ FULL_WAY = "Find the units this role owns on the node"
 PIN = "Pin the revisions of the play's models to their commits"
 PLAN = "Check, read and decide what this node runs"
 # the engine the node runs (tests/roles/engines.py lays it out), asked for by name: the node has no nvidia-smi
-NODE = {"engine_node_version": ENV.split("-")[0], "engine_node_build": ENV.split("-")[1]}
+NODE = dict(zip(("engine_node_version", "engine_node_build"), ENV.rsplit("-", 1)))
 
 
 def _role_step(task):

@@ -98,7 +98,9 @@ class CallbackModule(CallbackBase):
             host["changed"] += 1
             host["ok"] -= 1
         calls = 0
-        if status != "skipped" and action not in CONTROLLER_ONLY:
+        if status != "skipped" and data.get("asked_node") is False:
+            pass  # an action of the collection that says it ran no module (a read of this run stood for it)
+        elif status != "skipped" and action not in CONTROLLER_ONLY:
             if isinstance(data.get("results"), list):
                 calls = sum(1 for item in data["results"] if not item.get("skipped"))
             else:

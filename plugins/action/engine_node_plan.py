@@ -87,6 +87,7 @@ class ActionModule(ActionBase):
         probe = {}
         link = "%s/%s" % (root, LINK)
         given = read_in_this_run(args.get("probe"), link, args.get("nvidia_smi"))
+        result["asked_node"] = build != "none" and given is None
         if build != "none" and given is not None:
             # the node was read in this run by a step before this one, as this step reads it (site.yml:
             # engine_service's look reads a serving node's GPUs and link in its one module call)

@@ -212,6 +212,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         del tmp
+        result["asked_node"] = False
         host = task_vars.get("inventory_hostname", "")
         values = {}
         try:
@@ -273,6 +274,7 @@ class ActionModule(ActionBase):
 
     def _survey(self, result, host, module_args, task_vars):
         """The node's answer (engine_service_survey), or None with ``result`` failed."""
+        result["asked_node"] = True
         survey = self._execute_module(module_name=_SURVEY, module_args=module_args, task_vars=task_vars)
         if survey.get("failed"):
             result.update(failed=True, msg="host %s: reading the node's services failed: %s"

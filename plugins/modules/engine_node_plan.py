@@ -105,6 +105,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+asked_node:
+  description: Whether this task ran M(llmfleet.engines.gpu_probe) on the node (false for O(build=none), and where O(probe) stood for it).
+  returned: unless the host's variables failed the check
+  type: bool
 action:
   description:
     - V(unchanged), V(none) (summed up), or V(look) (the role goes on).

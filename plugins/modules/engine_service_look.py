@@ -173,6 +173,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+asked_node:
+  description: Whether this task ran M(llmfleet.engines.engine_service_survey) on the node (false where the look was
+    deferred, its pins were needed first, or no engine is kept).
+  returned: always
+  type: bool
 settled:
   description: Whether the node is settled.
   returned: always

@@ -147,13 +147,13 @@ READ_WITH = {"link": "/opt/llmfleet/engines/vllm/current", "nvidia_smi": None}
 def test_a_node_read_in_this_run_as_the_plan_reads_it_is_not_read_again():
     given = dict(H100, link=CURRENT, read_with=READ_WITH)
     res, calls = _run(dict(ARGS, probe=given), _vars())
-    assert calls == []
+    assert calls == [] and res["asked_node"] is False
     assert (res["action"], res["current"], res["pending"]) == ("unchanged", "0.20.0-cu13", "")
     assert res["gpus"] == H100["gpus"]
     assert "read_with" not in res["plan"]["__engine_node_facts"]
     # the same decision as from its own read
     own, own_calls = _run(dict(ARGS), _vars(), link=CURRENT)
-    assert len(own_calls) == 1
+    assert len(own_calls) == 1 and own["asked_node"] is True
     assert {k: v for k, v in own["plan"].items() if k != "__engine_node_facts"} == {
         k: v for k, v in res["plan"].items() if k != "__engine_node_facts"}
 
@@ -170,7 +170,7 @@ def test_a_node_read_in_this_run_as_the_plan_reads_it_is_not_read_again():
 ])
 def test_a_read_that_cannot_stand_for_the_plans_own_is_not_used(given):
     res, calls = _run(dict(ARGS, probe=given), _vars(), link={"is_link": False})
-    assert [name for name, _args in calls] == ["llmfleet.engines.gpu_probe"]
+    assert [name for name, _args in calls] == ["llmfleet.engines.gpu_probe"] and res["asked_node"] is True
     assert res["action"] == "look"  # from its own read (no current), not from the given one
 
 

@@ -562,6 +562,7 @@ def test_before_the_plan_a_settled_node_is_one_module_call_that_reads_the_node_f
     answer = settled_survey(UNITS, probe=probe_at(ENV))
     res, calls = _run({"node": NODE, "validate": True}, answer, task_vars=node_vars(tmp_path))
     assert res["settled"] is True and res["deferred"] is False and not res.get("failed"), res
+    assert res["asked_node"] is True
     ((name, sent),) = calls
     assert name == "llmfleet.engines.engine_service_survey"
     # the node is read as the plan reads it; the environment is the one `current` names, found on the node
@@ -620,6 +621,7 @@ def test_before_the_plan_the_placement_is_checked_as_after_it(tmp_path):
 def test_before_the_plan_a_look_that_needs_the_plan_first_is_deferred_without_asking_the_node(tmp_path, over, reason):
     res, calls = _run({"node": NODE}, settled_survey(UNITS, probe=probe_at(ENV)), task_vars=node_vars(tmp_path, **over))
     assert calls == [] and res["deferred"] is True and res["settled"] is False and res["pins_needed"] is False, res
+    assert res["asked_node"] is False
     assert res["reasons"][0] == reason and "probe" not in res
     assert res["msg"].startswith("n1: looked at after engine_node's plan (")
 

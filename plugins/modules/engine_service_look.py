@@ -31,7 +31,7 @@ description:
     one module call.
   - >-
     With O(node) (before the plan), O(environment) is not known yet: the units are rendered for each environment
-    the plan may keep (C(<version>-<build>) for each build O(node.build) may pick) and only their digests are sent;
+    the plan may keep (C(<version>-<build>) for each build the C(build) of O(node) may pick) and only their digests are sent;
     the module reads the node as M(llmfleet.engines.gpu_probe) reads it for the plan (RV(probe)), takes the
     environment C(current) names, and compares the unit files with that environment's digests. Then the plan's
     own decision (the same function C(llmfleet.engines.engine_node_plan) calls, on the same read) must leave

@@ -9,13 +9,12 @@ Documentation: one ``<filter>.yml`` per filter beside this file."""
 
 from __future__ import annotations
 
-import os
-
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
+from ansible_collections.llmfleet.engines.plugins.module_utils.node._gpu import link_name
 
 # The role's actions (plan.yml, look.yml): what a node does this run.
 ACTIONS = ("none", "unchanged", "look", "switch", "install")
@@ -44,19 +43,10 @@ def engine_node_layout_dirs(layout, python_preference="only-managed"):
     return dirs + [{"path": "/engines", "mode": "0755"}, {"path": "/engines/vllm", "mode": "0755"}]
 
 
-def link_name(link):
-    """The environment ``current`` points to, from gpu_probe's ``link``: '' when it is missing, is not
-    a link, or dangles (the role's ``__engine_node_link_name``)."""
-    link = link or {}
-    if link.get("is_link") and link.get("target_exists"):
-        return os.path.basename(str(link.get("target") or "").rstrip("/"))
-    return ""
-
-
 def decide(probe, version, build, package, root):
-    """The decision of the engine_node_plan action (and of engine_service_look, which reads the node before
-    the plan where site.yml composes the two): the decision converge.yml starts from: the plan, the wanted and current environments, the action
-    (converge.yml also resets what a change of this run fills in)."""
+    """The decision converge.yml starts from: the plan, the wanted and current environments, the action
+    (converge.yml also resets what a change of this run fills in). The engine_node_plan action decides with
+    it, and so does engine_service_look, which reads the node before the plan where site.yml composes the two."""
     plan = engine_build_plan(probe, version, build, package)
     want = "%s-%s" % (plan["version"], plan["build"])
     was = link_name(probe.get("link"))

@@ -462,6 +462,15 @@ def read_link(path):
     }
 
 
+def link_name(link):
+    """The environment a ``current`` link names, from :func:`read_link`'s result: '' when it is missing, is
+    not a link, or dangles (the engine_node role's ``__engine_node_link_name``)."""
+    link = link or {}
+    if link.get("is_link") and link.get("target_exists"):
+        return os.path.basename(str(link.get("target") or "").rstrip("/"))
+    return ""
+
+
 def read_node(run, nvidia_smi, link, timeout=30):
     """What engine_node's plan reads on a node (gpu_probe with ``link`` and ``cuda`` false): the GPU facts
     (:func:`gather_facts`, no CUDA version) and ``link`` (:func:`read_link`). ``nvidia_smi`` is run only

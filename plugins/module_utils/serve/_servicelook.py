@@ -154,15 +154,6 @@ def _unlisted_prune_pending(cache_dir, repos, in_use):
     return out
 
 
-def current_name(link):
-    """The environment ``current`` names, from ``read_link``'s result: '' when it is missing, is not a
-    link, or dangles (engine_node's ``link_name``)."""
-    link = link or {}
-    if link.get("is_link") and link.get("target_exists"):
-        return os.path.basename(str(link.get("target") or "").rstrip("/"))
-    return ""
-
-
 def gate_figure(unit, env_name, result):
     """One gate record of the steady gate, in the role's shape (``_ready.gate_record``)."""
     return _ready.gate_record(unit, env_name, "steady", result)
@@ -205,10 +196,10 @@ class Look:
         spec = self.p.get("probe")
         if not spec:
             return
+        from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
+
         try:
             if self.read_node is None:
-                from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
-
                 probe = _gpu.read_node(self.run, spec.get("nvidia_smi"), spec["link"], spec.get("timeout") or 30)
             else:
                 probe = self.read_node(spec)
@@ -219,7 +210,7 @@ class Look:
         self.result["probe"] = probe
         if self.p.get("environment"):
             return
-        environment = current_name(probe.get("link"))
+        environment = _gpu.link_name(probe.get("link"))
         self.p["environment"] = environment
         self.p["version"] = environment.rsplit("-", 1)[0] if "-" in environment else environment
         candidates = self.p.get("candidates")

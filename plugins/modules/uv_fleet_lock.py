@@ -221,8 +221,8 @@ def main():
     secrets = param_secrets(params)
     module.no_log_values.update(secrets)
     scrub_environ()
-    uv = params["uv"] or module.get_bin_path("uv", required=True)
-    flow = FleetLock(params, Runner(), uv, check_mode=module.check_mode)
+    # a bare name (the default, uv) is looked up on PATH by the flow, judged, and run by that path
+    flow = FleetLock(params, Runner(), params["uv"] or "uv", check_mode=module.check_mode)
     try:
         result = flow.present()
     except LlmfleetError as exc:

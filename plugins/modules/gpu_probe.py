@@ -381,7 +381,6 @@ choice:
       type: dict
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -413,17 +412,23 @@ def main():
 
     nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
     # The privilege line: a program this module runs (as root, on every play) must not be one that
-    # another user can change, at any depth of its path, links followed.
-    for what, path in (("nvidia_smi", nvidia_smi), ("python", params["python"])):
-        problem = _trust.untrusted_component(path) if path and os.path.lexists(path) else None
-        if problem is not None:
-            module.fail_json(msg="%s %s is not run: %s; fix: %s" % (what, path, problem.describe(), problem.fix),
-                             untrusted=problem.as_dict())
+    # another user can change, at any depth of its path, links followed. The one resolver of the
+    # programs root runs (_trust) finds a bare name on PATH, judges it and gives the path to run;
+    # gather_facts does the same for nvidia-smi.
+    python = None
+    if params["python"]:
+        try:
+            python = _trust.resolve_program("python", params["python"], "the interpreter of the compute check, "
+                                            "the interpreter of an engine environment such as "
+                                            "/opt/llmfleet/engines/vllm/current/bin/python")
+        except _trust.ProgramRefused as exc:
+            module.fail_json(msg=exc.msg, **exc.details)
     run = Runner()
     try:
         facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"], cuda=params["cuda"])
     except _gpu.GpuError as exc:
-        module.fail_json(msg="reading the node's GPUs: %s" % exc)
+        module.fail_json(msg=str(exc) if exc.details.get("untrusted") else "reading the node's GPUs: %s" % exc,
+                         **exc.details)
     result = dict(changed=False, **facts)
 
     if params["version"] is not None:
@@ -436,14 +441,7 @@ def main():
         if result["choice"]["blocked"]:
             module.warn(result["choice"]["blocked"])
 
-    if params["python"]:
-        python = params["python"]
-        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-            module.fail_json(
-                msg="python %s is not an executable file: give the interpreter of an engine "
-                "environment, such as /opt/llmfleet/engines/vllm/current/bin/python" % python,
-                **result
-            )
+    if python:
         env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
         result["compute"] = _gpu.compute_check(
             run, python, params["python_timeout"], env=env, engine=params["engine"],

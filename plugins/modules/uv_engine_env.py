@@ -541,9 +541,8 @@ def main():
     secrets = param_secrets(params)
     module.no_log_values.update(secrets)
     scrub_environ()
+    # uv (default: the name uv, looked up on PATH) is resolved to an absolute path and judged by the flow
     uv = params["uv"]
-    if params["state"] == "present" and not uv:
-        uv = module.get_bin_path("uv", required=True)
     if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"] and params["build"] != "cpu":
         params["nvidia_smi"] = module.get_bin_path("nvidia-smi")
     flow = EngineEnv(params, Runner, uv, check_mode=module.check_mode)

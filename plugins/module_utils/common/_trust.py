@@ -291,22 +291,23 @@ def resolve_program(option, value, what, search_path=None, uids=None, extra_dirs
     uids = trusted_uids() if uids is None else frozenset(uids)
     found = find_program(value, search_path, extra_dirs) if value else None
     where = "" if not value or os.sep in value else " (found on PATH at %s)" % found
-    head = "%s %r%s, %s, is not run" % (option, value, where, what)
+    head = "%s %s%s is not run" % (option, value, where)
     if found is None:
         dirs = [d for d in (os.environ.get("PATH", "") if search_path is None else search_path).split(os.pathsep)
                 + list(extra_dirs) if d and os.path.isabs(d)]
-        raise ProgramRefused("%s %r, %s, is not run: it is on none of the directories of PATH (%s); give its "
-                             "absolute path" % (option, value, what, os.pathsep.join(dirs) or "empty"),
+        raise ProgramRefused("%s %s is not run: it is on none of the directories of PATH (%s). It is %s: give its "
+                             "absolute path" % (option, value, os.pathsep.join(dirs) or "empty", what),
                              option=option, value=value)
     if not os.path.exists(found):
-        raise ProgramRefused("%s: %s does not exist" % (head, found), option=option, value=value, program=found)
+        raise ProgramRefused("%s: %s does not exist. It is %s" % (head, found, what),
+                             option=option, value=value, program=found)
     problem = program_problem(found, uids)
     if problem is not None:
         raise ProgramRefused(
-            "%s: %s. It must belong to %s, and every directory on its path (links followed) must be writable by "
-            "no one else: %s" % (head, problem.describe(), _trusted_names(uids), problem.fix),
+            "%s: %s. It is %s: it must belong to %s, and every directory on its path (links followed) must be "
+            "writable by no one else: %s" % (head, problem.describe(), what, _trusted_names(uids), problem.fix),
             option=option, value=value, program=found, untrusted=dict(problem.as_dict(), option=option, path=found))
     if not os.path.isfile(found) or not os.access(found, os.X_OK):
-        raise ProgramRefused("%s: %s is not an executable file" % (head, found),
+        raise ProgramRefused("%s: %s is not an executable file. It is %s" % (head, found, what),
                              option=option, value=value, program=found)
     return found

@@ -84,8 +84,8 @@ def assert_program_refused(result, value, found, component, owner, mode, why):
     """The resolver's refusal (_trust.resolve_program): the option, the value, the path found, why."""
     assert result.get("failed") is True, result
     where = "" if "/" in value else " (found on PATH at %s)" % found
-    assert result["msg"].startswith("uv %r%s, the uv binary uv_fleet_lock runs as root, is not run: " % (value, where)), \
-        result["msg"]
+    assert result["msg"].startswith("uv %s%s is not run: " % (value, where)), result["msg"]
+    assert "It is the uv binary uv_fleet_lock runs as root: it must belong to root" in result["msg"]
     assert "%s (owner %s, mode %s) %s" % (component, owner, mode, why) in result["msg"], result["msg"]
     assert result["option"] == "uv" and result["value"] == value and result["program"] == found
     assert result["untrusted"]["component"] == component and result["untrusted"]["owner"] == owner

@@ -42,11 +42,13 @@ options:
     description:
       - Path of C(nvidia-smi).
       - When not given, C(nvidia-smi) is looked up on E(PATH) and in the sbin directories.
-      - A path that does not exist means a node without a driver.
+      - A path that does not exist means a node without a driver. A bare name is looked up once on E(PATH) and
+        in the sbin directories, and the file found is what is judged and run.
       - It is run only when it passes the collection's privilege line (owned by root or the user
         running the module, and writable by no one else, at every directory of its path, links
-        followed); otherwise the task fails naming the path that another user could change. The
-        same holds for O(python).
+        followed, and at its real path); otherwise the task fails naming the path that another user could
+        change. The same holds for O(python) (a bare name is looked up on E(PATH) the same way; one that is not
+        there, or not an executable file, fails the task).
     type: path
   timeout:
     description:

@@ -187,7 +187,12 @@ options:
     type: raw
     default: true
   nvidia_smi:
-    description: The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
+    description:
+      - The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
+      - It runs as the user the module runs as. Before anything is built (unless O(gpu_check) is false or O(build) is
+        V(cpu)), and again where it runs, it and its real path must be beyond other users' reach (owned by root or
+        that user, writable by no one else, at every directory of its path); otherwise the task fails naming the
+        path. One that does not exist means a node without a driver.
     type: path
   free_gb:
     description:

@@ -20,7 +20,7 @@ from ansible_collections.llmfleet.engines.plugins.modules import engine_layout
 
 ROLE = pathlib.Path(__file__).resolve().parents[3] / "roles" / "engine_cache"
 NOBODY = 65534
-JUDGE = "Judge the directories on the way to {{ engine_cache_root }}, and the uv, environment and Python root runs"
+JUDGE = "Judge the uv, environment and Python root runs, and the directories on the way to {{ engine_cache_root }}"
 STOP = "Stop when another user can change what root runs on the cache host"
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")

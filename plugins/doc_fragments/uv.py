@@ -100,7 +100,10 @@ options:
     type: str
   uv:
     description:
-      - The uv binary. Default is C(uv) on the E(PATH).
+      - The uv binary, a path or a bare name. Default is C(uv) on the E(PATH).
+      - A bare name is looked up once on E(PATH) (its relative or empty entries, the working directory, are skipped),
+        and the absolute path found is what is judged and what runs, never the name again. A name on none of the
+        directories fails the task, naming them.
       - It must be beyond the reach of other users, since it runs (even C(uv --version)) as the user the module runs
         as. It, and every directory on its path (symbolic links followed), must be owned by root (or by the user
         running the module) and writable by neither group nor others. Otherwise the task fails before anything runs,

@@ -24,6 +24,9 @@ description:
     taken back (RV(take_back)); run by another user than root, that cannot be done and is a problem.
     C(<path>/cache/uv), uv's cache, is to be dropped (RV(drop_uv_cache)) when C(<path>/cache) is taken
     back, or when it is another user's, writable by group or others, or not a directory.
+  - O(trees) and O(programs) judge what is already under the root before root runs it (the engine_cache
+    role's uv and devpi-server's environment, the Python it builds that from). A tree another user owns a
+    part of, or can write, is what root would run.
   - The module does not fail on what it finds; the role fails the node on RV(problems), naming the
     host and its variable.
 author:
@@ -40,6 +43,23 @@ options:
     description: The engine root, an absolute path (the role's C(engine_node_root)). It need not exist.
     type: path
     required: true
+  trees:
+    description:
+      - Directories (or files) root runs or imports from, usually under O(path). Each that exists is judged whole
+        by C(_trust), itself and every directory on the way to it, then every entry below it (links not followed).
+        Each must be owned by root or the user running the module, and writable by neither group nor others (uv's
+        empty lock files aside). Each finding is one of RV(problems).
+    type: list
+    elements: path
+    default: []
+  programs:
+    description:
+      - Programs root runs, a path or a bare name looked up on E(PATH), each judged as every program the collection
+        runs (C(_trust.resolve_program), the path and its real path). One that is not there is left to the task
+        that runs it; one another user could change is one of RV(problems).
+    type: list
+    elements: str
+    default: []
 seealso:
   - module: llmfleet.engines.uv_engine_env
   - module: llmfleet.engines.engine_current
@@ -98,7 +118,8 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
-    owner_name, trusted_uids, untrusted_components, writable_by_others)
+    find_program, owner_name, program_problem, trusted_uids, untrusted_component, untrusted_components,
+    untrusted_content, writable_by_others)
 
 
 def describe(problem, uids):
@@ -114,7 +135,28 @@ def describe(problem, uids):
     return "%s is writable by others, who can replace %s" % (where, problem.child)
 
 
-def judge(path, euid=None):
+def judge_trees(trees, programs, uids):
+    """The problems of ``trees`` (each judged whole: its path, then what it holds) and ``programs``
+    (each found as it would be run, then judged with its real path), one sentence each."""
+    problems = []
+    for tree in trees:
+        if not os.path.lexists(tree):
+            continue
+        problem = untrusted_component(tree, uids) or untrusted_content(tree, uids)
+        if problem is not None:
+            problems.append("%s, which root runs or imports from: %s" % (tree, problem.describe()))
+    for program in programs:
+        found = find_program(program)
+        if found is None or not os.path.exists(found):
+            continue  # the task that runs it says it is missing
+        problem = program_problem(found, uids)
+        if problem is not None:
+            problems.append("the program %s%s, which root runs: %s" % (
+                program, "" if found == program else " (%s)" % found, problem.describe()))
+    return problems
+
+
+def judge(path, euid=None, trees=(), programs=()):
     """What the module returns for the engine root ``path``, run by ``euid``."""
     euid = os.geteuid() if euid is None else euid
     uids = trusted_uids(euid)
@@ -123,6 +165,7 @@ def judge(path, euid=None):
         words = describe(problem, uids)
         if words not in problems:
             problems.append(words)
+    problems.extend(judge_trees(trees, programs, uids))
     cache, uv_cache = os.path.join(path, "cache"), os.path.join(path, "cache", "uv")
     try:
         cache_st = os.lstat(cache)
@@ -143,13 +186,17 @@ def judge(path, euid=None):
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(path=dict(type="path", required=True)), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(
+        path=dict(type="path", required=True),
+        trees=dict(type="list", elements="path", default=[]),
+        programs=dict(type="list", elements="str", default=[]),
+    ), supports_check_mode=True)
     path = module.params["path"]
     if not os.path.isabs(path):
         module.fail_json(msg="parameter path is %r, allowed: an absolute path (the engine root)" % path)
     path = path.rstrip("/") or "/"
     try:
-        result = judge(path)
+        result = judge(path, trees=module.params["trees"], programs=module.params["programs"])
     except OSError as exc:
         module.fail_json(msg="reading the directories on the way to %s failed: %s" % (path, exc), path=path)
     module.exit_json(changed=False, **result)

@@ -42,11 +42,13 @@ options:
     description:
       - Path of C(nvidia-smi).
       - When not given, C(nvidia-smi) is looked up on E(PATH) and in the sbin directories.
-      - A path that does not exist means a node without a driver.
+      - A path that does not exist means a node without a driver. A bare name is looked up once on E(PATH) and
+        in the sbin directories, and the file found is what is judged and run.
       - It is run only when it passes the collection's privilege line (owned by root or the user
         running the module, and writable by no one else, at every directory of its path, links
-        followed); otherwise the task fails naming the path that another user could change. The
-        same holds for O(python).
+        followed, and at its real path); otherwise the task fails naming the path that another user could
+        change. The same holds for O(python) (a bare name is looked up on E(PATH) the same way; one that is not
+        there, or not an executable file, fails the task).
     type: path
   timeout:
     description:
@@ -381,7 +383,6 @@ choice:
       type: dict
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -413,17 +414,23 @@ def main():
 
     nvidia_smi = params["nvidia_smi"] or module.get_bin_path("nvidia-smi")
     # The privilege line: a program this module runs (as root, on every play) must not be one that
-    # another user can change, at any depth of its path, links followed.
-    for what, path in (("nvidia_smi", nvidia_smi), ("python", params["python"])):
-        problem = _trust.untrusted_component(path) if path and os.path.lexists(path) else None
-        if problem is not None:
-            module.fail_json(msg="%s %s is not run: %s; fix: %s" % (what, path, problem.describe(), problem.fix),
-                             untrusted=problem.as_dict())
+    # another user can change, at any depth of its path, links followed. The one resolver of the
+    # programs root runs (_trust) finds a bare name on PATH, judges it and gives the path to run;
+    # gather_facts does the same for nvidia-smi.
+    python = None
+    if params["python"]:
+        try:
+            python = _trust.resolve_program("python", params["python"], "the interpreter of the compute check, "
+                                            "the interpreter of an engine environment such as "
+                                            "/opt/llmfleet/engines/vllm/current/bin/python")
+        except _trust.ProgramRefused as exc:
+            module.fail_json(msg=exc.msg, **exc.details)
     run = Runner()
     try:
         facts = _gpu.gather_facts(run, nvidia_smi, params["timeout"], cuda=params["cuda"])
     except _gpu.GpuError as exc:
-        module.fail_json(msg="reading the node's GPUs: %s" % exc)
+        module.fail_json(msg=str(exc) if exc.details.get("untrusted") else "reading the node's GPUs: %s" % exc,
+                         **exc.details)
     result = dict(changed=False, **facts)
 
     if params["version"] is not None:
@@ -436,14 +443,7 @@ def main():
         if result["choice"]["blocked"]:
             module.warn(result["choice"]["blocked"])
 
-    if params["python"]:
-        python = params["python"]
-        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
-            module.fail_json(
-                msg="python %s is not an executable file: give the interpreter of an engine "
-                "environment, such as /opt/llmfleet/engines/vllm/current/bin/python" % python,
-                **result
-            )
+    if python:
         env = dict((str(k), str(v)) for k, v in (params["env"] or {}).items())
         result["compute"] = _gpu.compute_check(
             run, python, params["python_timeout"], env=env, engine=params["engine"],

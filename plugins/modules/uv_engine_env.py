@@ -187,7 +187,12 @@ options:
     type: raw
     default: true
   nvidia_smi:
-    description: The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
+    description:
+      - The C(nvidia-smi) used to find the driver for the GPU check. Default is the one on the E(PATH).
+      - It runs as the user the module runs as. Before anything is built (unless O(gpu_check) is false or O(build) is
+        V(cpu)), and again where it runs, it and its real path must be beyond other users' reach (owned by root or
+        that user, writable by no one else, at every directory of its path); otherwise the task fails naming the
+        path. One that does not exist means a node without a driver.
     type: path
   free_gb:
     description:
@@ -541,9 +546,8 @@ def main():
     secrets = param_secrets(params)
     module.no_log_values.update(secrets)
     scrub_environ()
+    # uv (default: the name uv, looked up on PATH) is resolved to an absolute path and judged by the flow
     uv = params["uv"]
-    if params["state"] == "present" and not uv:
-        uv = module.get_bin_path("uv", required=True)
     if params["state"] == "present" and params["gpu_check"] and not params["nvidia_smi"] and params["build"] != "cpu":
         params["nvidia_smi"] = module.get_bin_path("nvidia-smi")
     flow = EngineEnv(params, Runner, uv, check_mode=module.check_mode)

@@ -26,9 +26,11 @@ description:
     nothing is compiled (only C(uv --version) runs).
   - Meant to run on the controller (C(delegate_to=localhost), C(run_once)); uv never downloads a Python for it.
   - Whoever can change the lock decides what root installs on every node. Before anything runs, the directory of
-    O(dest), O(dest), C(<dest>.json), the pylock, the O(uv) binary and O(cache_dir) must belong to root or the user
-    running the module on every directory of their path (links followed) and be writable by no one else; otherwise
-    the task fails, naming the path, its owner and mode. The files are written through new, unguessable names
+    O(dest), O(dest), C(<dest>.json), the pylock, the O(uv) binary (and its real path) and O(cache_dir) must belong
+    to root or the user running the module on every directory of their path (links followed) and be writable by no
+    one else; otherwise the task fails, naming the path, its owner and mode. O(uv) given as a bare name (the
+    default, V(uv)) is looked up once on the controller's E(PATH); the file found is judged and run by that
+    absolute path. The files are written through new, unguessable names
     beside them (C(mkstemp)), fsync'd, and renamed into place, so no link planted in the directory is followed.
   - A wheel URL or a requirement line with a C($), a C(%) escape that decodes to one, white space or a control
     character is refused before uv runs, and so is a compiled lock with one (uv expands C(${NAME}) in requirement
@@ -87,7 +89,12 @@ options:
     type: bool
     default: true
   cache_dir:
-    description: uv's cache (C(UV_CACHE_DIR)). Default is uv's own.
+    description:
+      - uv's cache (C(UV_CACHE_DIR)). It must be beyond other users' reach as O(dest) is, and so must everything it
+        holds (uv takes index pages and metadata it finds there as they are; uv's empty lock files aside); otherwise
+        the task fails naming the entry, its owner and mode.
+      - Not set, uv runs with no cache (C(UV_NO_CACHE); uv uses a private temporary directory), never uv's default
+        cache under C(XDG_CACHE_HOME) or C(~/.cache), which nothing judges and another user may have made.
     type: path
   timeout:
     description: Seconds the compile may take (both formats together); a command still running then is stopped.
@@ -221,8 +228,8 @@ def main():
     secrets = param_secrets(params)
     module.no_log_values.update(secrets)
     scrub_environ()
-    uv = params["uv"] or module.get_bin_path("uv", required=True)
-    flow = FleetLock(params, Runner(), uv, check_mode=module.check_mode)
+    # a bare name (the default, uv) is looked up on PATH by the flow, judged, and run by that path
+    flow = FleetLock(params, Runner(), params["uv"] or "uv", check_mode=module.check_mode)
     try:
         result = flow.present()
     except LlmfleetError as exc:

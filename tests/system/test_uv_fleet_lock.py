@@ -131,3 +131,28 @@ def test_a_platform_without_a_wheel_writes_nothing(upstream, tmp_path):
     assert result["failed"] is True
     assert "has no wheel for x86_64-manylinux_2_17 (Python 3.12)" in result["msg"]
     assert not os.path.exists(result["path"]) and not os.path.exists(result["path"] + ".json")
+
+
+def test_uv_by_name_on_path_and_no_cache_dir_leave_nothing_in_the_default_cache(upstream, tmp_path):
+    """Issue #44 (9, 11) with the real uv: the name uv found on PATH and run by its absolute path; without
+    cache_dir the compile uses no cache, so uv's default one (XDG_CACHE_HOME, HOME) stays untouched."""
+    home = tmp_path / "home"
+    xdg = tmp_path / "xdg"
+    home.mkdir()
+    xdg.mkdir()
+    args = fleet_args(upstream, tmp_path, "x86_64-manylinux_2_28", uv="uv")
+    del args["cache_dir"]
+    old = {name: os.environ.get(name) for name in ("PATH", "HOME", "XDG_CACHE_HOME")}
+    os.environ.update(PATH="%s:%s" % (UV.parent, old["PATH"]), HOME=str(home), XDG_CACHE_HOME=str(xdg))
+    try:
+        result = run_fleet_lock(tmp_path, args)
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert result.get("failed") is not True, result.get("msg")
+    assert result["cmd"][0] == str(UV.parent / "uv")
+    assert os.path.getsize(result["path"]) > 0
+    assert list(home.iterdir()) == [] and list(xdg.iterdir()) == []

@@ -35,6 +35,12 @@ Why each rule:
 * A component that does not exist yet ends the walk: whatever is missing, the caller makes below
   the last directory that exists, which was found closed to others (a sticky one is not enough
   there: another user could take the name first).
+
+A program root runs (``resolve_program``): a bare name is looked up on PATH once, by this code,
+and the absolute path found is what is judged and what runs. A name handed to ``exec`` would be
+looked up again by the kernel's caller (``execvp``), possibly elsewhere, and a name judged as a
+path relative to the working directory is not the file PATH gives. The path found and its real
+path are each judged by ``untrusted_component``.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ import errno
 import os
 import pwd
 import stat
+
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
 _MAX_LINKS = 40  # as the kernel's ELOOP
 
@@ -235,3 +243,71 @@ def untrusted_content(top, uids=None):
                 return Untrusted(entry, st, "is writable by %s" % (
                     "others" if st.st_mode & stat.S_IWOTH else "its group"), "rm -rf %s" % top)
     return None
+
+
+# -- the programs root runs ------------------------------------------------------------------
+
+
+class ProgramRefused(LlmfleetError):
+    """A program given by an option is not run: not found, not an executable file, or changeable by
+    another user (``details['untrusted']``)."""
+
+
+def find_program(value, search_path=None, extra_dirs=()):
+    """The absolute path of the program ``value`` names, or None when a bare name is on none of the
+    directories. ``value`` with a ``/`` is a path (relative: to the working directory); a bare name
+    is looked up on ``search_path`` (this process's PATH by default), then ``extra_dirs``, the first
+    executable regular file wins, as a shell finds it. A relative or empty PATH entry (the working
+    directory) is skipped: root does not run what happens to be in the directory it was started in.
+    """
+    if os.sep in value:
+        return os.path.abspath(value)
+    search_path = os.environ.get("PATH", "") if search_path is None else search_path
+    for directory in search_path.split(os.pathsep) + list(extra_dirs):
+        if not directory or not os.path.isabs(directory):
+            continue
+        candidate = os.path.join(directory, value)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def program_problem(path, uids=None):
+    """The privilege line for a program about to run: ``untrusted_component`` of ``path`` (the
+    links on it followed, each step judged), then of its real path; the first problem, or None."""
+    for place in dict.fromkeys((path, os.path.realpath(path))):
+        problem = untrusted_component(place, uids)
+        if problem is not None:
+            return problem
+    return None
+
+
+def resolve_program(option, value, what, search_path=None, uids=None, extra_dirs=()):
+    """The absolute path to run for the option ``option`` given ``value`` (a path, or a bare name
+    looked up on PATH by ``find_program``), used as ``what`` (words): refused with ``ProgramRefused``,
+    naming the option, the value, the path found and why, when it is not found, not an executable
+    file, or another user could change it (``program_problem``). Run the path returned, never
+    ``value``: that is the file judged."""
+    uids = trusted_uids() if uids is None else frozenset(uids)
+    found = find_program(value, search_path, extra_dirs) if value else None
+    where = "" if not value or os.sep in value else " (found on PATH at %s)" % found
+    head = "%s %s%s is not run" % (option, value, where)
+    if found is None:
+        dirs = [d for d in (os.environ.get("PATH", "") if search_path is None else search_path).split(os.pathsep)
+                + list(extra_dirs) if d and os.path.isabs(d)]
+        raise ProgramRefused("%s %s is not run: it is on none of the directories of PATH (%s). It is %s: give its "
+                             "absolute path" % (option, value, os.pathsep.join(dirs) or "empty", what),
+                             option=option, value=value)
+    if not os.path.exists(found):
+        raise ProgramRefused("%s: %s does not exist. It is %s" % (head, found, what),
+                             option=option, value=value, program=found)
+    problem = program_problem(found, uids)
+    if problem is not None:
+        raise ProgramRefused(
+            "%s: %s. It is %s: it must belong to %s, and every directory on its path (links followed) must be "
+            "writable by no one else: %s" % (head, problem.describe(), what, _trusted_names(uids), problem.fix),
+            option=option, value=value, program=found, untrusted=dict(problem.as_dict(), option=option, path=found))
+    if not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise ProgramRefused("%s: %s is not an executable file. It is %s" % (head, found, what),
+                             option=option, value=value, program=found)
+    return found

@@ -61,7 +61,7 @@ import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import find_program, program_problem
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
@@ -383,6 +383,19 @@ def _no_driver(rc, text):
     return rc in _NO_DRIVER_RC or bool(_NO_DRIVER.search(text or ""))
 
 
+#: Where nvidia-smi is looked for after PATH, as Ansible's ``get_bin_path`` does.
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+def check_nvidia_smi(path):
+    """The privilege line for nvidia-smi, run as root on every play (``_trust.program_problem``:
+    the path and its real path): NvidiaSmiError naming the culprit when another user could change it."""
+    problem = program_problem(path)
+    if problem is not None:
+        raise NvidiaSmiError("nvidia_smi %s is not run: %s; fix: %s" % (path, problem.describe(), problem.fix),
+                             untrusted=dict(problem.as_dict(), option="nvidia_smi", path=path))
+
+
 def gather_facts(run, nvidia_smi, timeout=30, cuda=True):
     """The node's GPU facts (see the module docstring for the shape). ``cuda`` false: no ``-q -x``, the
     second and slower call (it reads every GPU's whole state), and ``cuda_version`` stays None."""
@@ -399,9 +412,16 @@ def gather_facts(run, nvidia_smi, timeout=30, cuda=True):
     if not nvidia_smi:
         facts["driver_error"] = "no nvidia-smi on this node (not on PATH, nor in the sbin directories)"
         return facts
+    # the file that runs is the one judged: a bare name is looked up here, once (_trust)
+    found = find_program(nvidia_smi, extra_dirs=SBIN_DIRS)
+    if found is None:
+        facts["driver_error"] = "no %s on this node (not on PATH, nor in the sbin directories)" % nvidia_smi
+        return facts
+    nvidia_smi = facts["nvidia_smi"] = found
     if not os.path.exists(nvidia_smi):
         facts["driver_error"] = "%s does not exist" % nvidia_smi
         return facts
+    check_nvidia_smi(nvidia_smi)
     if not os.access(nvidia_smi, os.X_OK) or os.path.isdir(nvidia_smi):
         raise NvidiaSmiError(
             "%s is not an executable file: give the path of nvidia-smi in nvidia_smi" % nvidia_smi
@@ -474,10 +494,7 @@ def link_name(link):
 def read_node(run, nvidia_smi, link, timeout=30):
     """What engine_node's plan reads on a node (gpu_probe with ``link`` and ``cuda`` false): the GPU facts
     (:func:`gather_facts`, no CUDA version) and ``link`` (:func:`read_link`). ``nvidia_smi`` is run only
-    when no other user can change it (the privilege line of gpu_probe); else :class:`GpuError`."""
-    problem = untrusted_component(nvidia_smi) if nvidia_smi and os.path.lexists(nvidia_smi) else None
-    if problem is not None:
-        raise GpuError("nvidia_smi %s is not run: %s; fix: %s" % (nvidia_smi, problem.describe(), problem.fix))
+    when no other user can change it (:func:`gather_facts` judges it); else :class:`GpuError`."""
     facts = gather_facts(run, nvidia_smi, timeout, cuda=False)
     facts["link"] = read_link(link)
     return facts

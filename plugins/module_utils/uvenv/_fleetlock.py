@@ -5,9 +5,11 @@
 
 The flow behind ``uv_fleet_lock``: the lock of a group of nodes, compiled once on the controller.
 
-    uv --version
-    the privilege line: the lock's directory, <dest>, <dest>.json, the pylock, uv, its cache
-        changeable by no other user (``_trust``), else refused before anything runs
+    the privilege line: uv resolved to an absolute path (a bare name on PATH) and judged with its
+        real path (``_trust.resolve_program``); the lock's directory, <dest>, <dest>.json, the
+        pylock, the cache and what it holds changeable by no other user (``_trust``), else refused
+        before anything runs
+    uv --version (the path judged, never the bare name)
     <dest>.json says the same inputs, <dest> (and the pylock) unchanged   -> nothing to do
     uv pip compile --generate-hashes --no-build --exclude-newer ... --python-version X.Y
         --python-platform TRIPLE [indexes] -> a private directory (mkdtemp) beside <dest>
@@ -38,7 +40,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
     InstallTimeout, LockInvalid, LockMismatch, OptionError, ResolveFailed, UvUnusable)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
+    owner_name, resolve_program, trusted_uids, untrusted_component, untrusted_content)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
     check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
     index_credentials, no_wheel, normalize_sha256, omitted_packages, param_secrets, parse_uv_version, requirement_lines)
@@ -73,12 +76,15 @@ def _sha256_of_file(path):
 
 
 class FleetLock:
-    """The lock at ``params['dest']``; ``run`` is a command runner (``_proc.Runner()`` or a fake)."""
+    """The lock at ``params['dest']``; ``run`` is a command runner (``_proc.Runner()`` or a fake).
+    ``uv_bin``: the uv option as given (a path, or a bare name looked up on PATH); ``self.uv`` is
+    the absolute path it resolves to, judged, once ``check_privilege_line`` has run."""
 
     def __init__(self, params, run, uv_bin, check_mode=False, clock=time.monotonic, trusted=None):
         self.p = params
         self.run = run
-        self.uv = uv_bin
+        self.uv_value = uv_bin or "uv"
+        self.uv = None
         self.check_mode = check_mode
         self.clock = clock
         self.dest = os.path.abspath(params["dest"])
@@ -126,7 +132,6 @@ class FleetLock:
                   ("dest", self.state_path, "the record of the lock's inputs and sha256, which says it is up to date")]
         if self.pylock:
             places.append(("pylock", self.pylock, "the lock in PEP 751 form"))
-        places.append(("uv", self.uv, "the uv binary it runs"))
         if self.p.get("cache_dir"):
             places.append(("cache_dir", self.p["cache_dir"], "uv's cache, from which the lock's hashes may come"))
         return places
@@ -134,7 +139,11 @@ class FleetLock:
     def check_privilege_line(self, only=None):
         """Refuse (OptionError naming the path, its owner and mode) when another user could change the
         lock's directory, the lock, its record, the pylock, the uv binary or its cache (``_trust``): what
-        root installs on every node, and what this user runs."""
+        root installs on every node, and what this user runs. uv is resolved here, once: a bare name
+        on PATH becomes the absolute path that is judged and run (``_trust.resolve_program``)."""
+        if only is None:
+            self.uv = resolve_program("uv", self.uv_value, "the uv binary uv_fleet_lock runs as %s"
+                                      % owner_name(os.geteuid()), uids=self.trusted)
         for option, place, what in self.places():
             if not place or (only is not None and place != only):
                 continue
@@ -146,10 +155,22 @@ class FleetLock:
                     % (option, place, owner_name(os.geteuid()), what, problem.describe(),
                        " or ".join(owner_name(uid) for uid in sorted(self.trusted)), problem.fix),
                     untrusted=dict(problem.as_dict(), option=option, path=place))
+        cache = self.p.get("cache_dir")
+        if only is None and cache:
+            # uv takes what it finds unpacked in its cache (index pages, metadata) as it is
+            problem = untrusted_content(cache, self.trusted)
+            if problem:
+                raise OptionError(
+                    "cache_dir %s cannot be trusted: uv_fleet_lock, as %s, resolves the lock with what it holds, and "
+                    "%s. Remove the cache, it is only a cache (%s), and find who wrote there. Nothing was done."
+                    % (cache, owner_name(os.geteuid()), problem.describe(), problem.fix),
+                    untrusted=dict(problem.as_dict(), option="cache_dir", path=cache))
 
     def env(self):
         credentials = index_credentials(self.p.get("index_url"), kernel_extra_index(
             self.p.get("extra_index_url"), self.p.get("kernels_index_url")))
+        # no cache_dir: no cache at all (uv's default one, under XDG_CACHE_HOME or ~/.cache, is not
+        # judged, and another user may have made it)
         return fleet_environ(self.p.get("cache_dir"), credentials)
 
     def uv_version(self):

@@ -402,11 +402,17 @@ def resolve_command(argv, env_dir):
 def fleet_environ(cache_dir=None, credentials=None):
     """The environment of the controller's ``uv pip compile``: no config files, no Python download
     (``--python-version`` and ``--python-platform`` describe the nodes; no interpreter of theirs
-    is needed, and nothing is built), the indexes' credentials (``index_credentials``)."""
+    is needed, and nothing is built), the indexes' credentials (``index_credentials``). The cache
+    is ``cache_dir`` (which the caller judges), or none: ``UV_NO_CACHE`` (uv then uses a private
+    temporary directory), never uv's default one under ``XDG_CACHE_HOME``, which nobody judged."""
     env = {"UV_NO_CONFIG": "1", "NO_COLOR": "1", "UV_PYTHON_DOWNLOADS": "never",
            "UV_PYTHON_PREFERENCE": "only-system"}
     if cache_dir:
         env["UV_CACHE_DIR"] = cache_dir
+        env["UV_NO_CACHE"] = None
+    else:
+        env["UV_NO_CACHE"] = "1"
+        env["UV_CACHE_DIR"] = None
     env.update(credentials or {})
     return env
 

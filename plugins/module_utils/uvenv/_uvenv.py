@@ -40,7 +40,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _gpu
@@ -75,7 +74,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors im
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envshare import (
     share_identical_files, sibling_environments)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
-    owner_name, trusted_uids, untrusted_component, untrusted_content)
+    find_program, owner_name, program_problem, resolve_program, trusted_uids, untrusted_component, untrusted_content)
 from ansible.module_utils.parsing.convert_bool import boolean
 
 # --------------------------------------------------------------------------------------------
@@ -162,7 +161,10 @@ class EngineEnv:
             self.parent, ".uv-python")
         self.runner_factory = runner_factory
         self.run = runner_factory()
-        self.uv = uv_bin
+        # the uv option as given (a path, or a bare name on PATH); self.uv: the absolute path it
+        # resolves to, judged, once check_privilege_line has run (_trust.resolve_program)
+        self.uv_value = uv_bin
+        self.uv = uv_bin if uv_bin and os.path.isabs(uv_bin) else None
         self.check_mode = check_mode
         self.clock = clock
         self.gpu = gpu or gpu_step
@@ -385,8 +387,9 @@ class EngineEnv:
         unless engine_node_keep_cache).
         """
         p = self.p
+        self.uv = resolve_program("uv", self.uv_value or "uv", "the uv binary uv_engine_env runs as %s"
+                                  % owner_name(os.geteuid()), uids=self.trusted)
         places = [("cache_dir", self.cache_dir, "uv's cache, which uv installs from"),
-                  ("uv", self.uv, "the uv binary it runs"),
                   ("path", self.path, "the environment's directory, whose Python it runs and imports")]
         python = p.get("python") or ""
         if os.sep in python:
@@ -422,6 +425,12 @@ class EngineEnv:
             found = self.verify_program(p["verify_command"], None)
             if found:
                 self.check_program("verify_command", found, "the program verify_command runs")
+        if p.get("nvidia_smi") and gpu_check_mode(p.get("gpu_check")) and p.get("build") != CPU_BUILD:
+            # the GPU check's nvidia-smi runs as root after the build: judged now, before anything is
+            # downloaded (gather_facts judges it again, as it does for gpu_probe)
+            found = find_program(p["nvidia_smi"], extra_dirs=_gpu.SBIN_DIRS)
+            if found and os.path.exists(found):
+                self.check_program("nvidia_smi", found, "the nvidia-smi the GPU check runs")
         problem = untrusted_content(self.cache_dir, self.trusted)
         if problem:
             self._refuse_untrusted("cache_dir", self.cache_dir, "uv's cache, which uv installs from "
@@ -432,18 +441,13 @@ class EngineEnv:
 
     def check_program(self, option, program, what):
         """A program this run is about to run (uv, an interpreter, verify_command): the privilege
-        rule (``_trust.untrusted_component``, as gpu_probe applies it to nvidia-smi and python) on
-        the path it is run by and on its real path; refused, naming it and the culprit."""
-        seen = set()
-        for place in (program, os.path.realpath(program)):
-            if place in seen:
-                continue
-            seen.add(place)
-            problem = untrusted_component(place, self.trusted)
-            if problem:
-                self._refuse_untrusted(option, program, what, problem, (
-                    "It is not run. It must belong to %s, and every directory on its path (links "
-                    "followed) must be writable by no one else: %s" % (self._trusted_text(), problem.fix)))
+        rule of every program root runs (``_trust.program_problem``: the path it is run by and its
+        real path); refused, naming it and the culprit."""
+        problem = program_problem(program, self.trusted)
+        if problem:
+            self._refuse_untrusted(option, program, what, problem, (
+                "It is not run. It must belong to %s, and every directory on its path (links "
+                "followed) must be writable by no one else: %s" % (self._trusted_text(), problem.fix)))
 
     def verify_program(self, argv, env_dir):
         """The file verify_command's ``argv[0]`` runs: a path as given (relative: in ``env_dir``),
@@ -458,7 +462,7 @@ class EngineEnv:
         search = os.environ.get("PATH", "")
         if env_dir:
             search = os.path.join(env_dir, "bin") + os.pathsep + search
-        return shutil.which(program, path=search)
+        return find_program(program, search)
 
     def _trusted_text(self):
         names = [owner_name(uid) for uid in sorted(self.trusted)]

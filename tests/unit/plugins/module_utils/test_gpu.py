@@ -572,3 +572,57 @@ def test_the_cpu_check_needs_no_gpu_and_no_nvidia_smi(fake_runtime, monkeypatch,
 def test_compute_check_refuses_an_unknown_target():
     with pytest.raises(ValueError, match="target must be gpu or cpu, not 'tpu'"):
         _gpu.compute_check(Canned((0, "", "")), "/env/bin/python", 30, target="tpu")
+
+
+# -- the privilege line for nvidia-smi, in gather_facts: every caller (gpu_probe, the plan's read_node,
+#    uv_engine_env's GPU step) runs only a judged nvidia-smi (issue #44, 10) ---------------------------
+
+NOBODY = 65534
+
+
+def _planted_smi(directory, uid=None):
+    """An nvidia-smi that leaves a marker when it runs: the proof that it did."""
+    os.makedirs(str(directory), exist_ok=True)
+    marker = str(directory) + ".ran"
+    smi = directory / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ntouch %s\n" % marker)
+    smi.chmod(0o755)
+    if uid is not None:
+        os.chown(str(smi), uid, -1)
+    return str(smi), marker
+
+
+def _callers(smi):
+    """The three ways root reaches nvidia-smi, with the real runner."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv import _uvenv
+    return {
+        "gather_facts": lambda: _gpu.gather_facts(_proc.Runner(), smi, timeout=10),
+        "read_node": lambda: _gpu.read_node(_proc.Runner(), smi, "/nonexistent/current", timeout=10),
+        "gpu_step": lambda: _uvenv.gpu_step(_proc.Runner(), "/bin/false", {}, smi, 10),
+    }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file another user's needs root")
+@pytest.mark.parametrize("caller", ["gather_facts", "read_node", "gpu_step"])
+def test_an_nvidia_smi_another_user_owns_never_runs(tmp_path, caller):
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+    smi, marker = _planted_smi(tmp_path / "bin", uid=NOBODY)
+    with pytest.raises(LlmfleetError) as exc:
+        _callers(smi)[caller]()
+    assert "nvidia_smi %s is not run: %s (owner nobody, mode 0755) is owned by nobody" % (smi, smi) in exc.value.msg
+    assert not os.path.exists(marker), "the untrusted nvidia-smi ran as root"
+
+
+@pytest.mark.parametrize("caller", ["gather_facts", "read_node", "gpu_step"])
+def test_a_bare_nvidia_smi_in_a_world_writable_directory_on_path_never_runs(tmp_path, monkeypatch, caller):
+    """A bare name is looked up on PATH once, and the file found is judged (not cwd/nvidia-smi)."""
+    from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
+    shared = tmp_path / "shared"
+    smi, marker = _planted_smi(shared)
+    shared.chmod(0o777)
+    monkeypatch.setenv("PATH", "%s:%s" % (shared, os.environ.get("PATH", "")))
+    with pytest.raises(LlmfleetError) as exc:
+        _callers("nvidia-smi")[caller]()
+    assert "nvidia_smi %s is not run: %s (owner root, mode 0777) is writable by others" % (smi, shared) \
+        in exc.value.msg, exc.value.msg
+    assert not os.path.exists(marker), "the planted nvidia-smi ran as root"

@@ -294,3 +294,94 @@ def test_content_writable_dir(tmp_path):
     top = _cache(tmp_path)
     os.chmod(top / "archive-v0", 0o777)
     assert _trust.untrusted_content(str(top), UIDS).component == str(top / "archive-v0")
+
+
+# -- resolve_program: a program named by an option, found once, judged, run by that path ---------
+
+
+def _planted(directory, name="uv", uid=None):
+    """A program that leaves a marker when it runs: the proof that it did (or did not)."""
+    marker = str(directory) + ".ran"
+    path = str(directory / name)
+    with open(path, "w") as handle:
+        handle.write("#!/bin/sh\ntouch %s\necho 'uv 9.9.9'\n" % marker)
+    os.chmod(path, 0o755)
+    if uid is not None:
+        os.chown(path, uid, -1)
+    return path, marker
+
+
+def test_a_bare_name_is_found_on_path_and_returned_as_that_absolute_path(tmp_path):
+    good = mkdir(tmp_path / "good")
+    program, _ = _planted(good)
+    search = os.pathsep.join([str(tmp_path / "missing"), "relative/bin", "", str(good)])
+    assert _trust.resolve_program("uv", "uv", "the uv binary", search_path=search) == program
+
+
+def test_a_relative_or_empty_path_entry_is_not_searched(tmp_path, monkeypatch):
+    """The working directory (an empty or relative PATH entry) is not where root finds programs."""
+    monkeypatch.chdir(str(mkdir(tmp_path / "cwd")))
+    _planted(tmp_path / "cwd")
+    with pytest.raises(_trust.ProgramRefused) as exc:
+        _trust.resolve_program("uv", "uv", "the uv binary", search_path=os.pathsep.join(["", ".", "cwd"]))
+    assert exc.value.msg.startswith("uv uv is not run: it is on none of the directories of PATH (")
+
+
+@as_root
+def test_a_planted_program_in_a_world_writable_path_directory_is_refused_and_never_runs(tmp_path):
+    """The attack of issue #44 (9): nobody's uv in a 0777 directory early on PATH."""
+    shared = mkdir(tmp_path / "shared", 0o777)
+    good = mkdir(tmp_path / "good")
+    planted, marker = _planted(shared, uid=NOBODY)
+    _planted(good)
+    with pytest.raises(_trust.ProgramRefused) as exc:
+        _trust.resolve_program("uv", "uv", "the uv binary", search_path="%s:%s" % (shared, good))
+    msg = exc.value.msg
+    assert msg.startswith("uv uv (found on PATH at %s) is not run: %s (owner root, mode 0777) is writable by others"
+                          % (planted, shared)), msg
+    assert "It is the uv binary: it must belong to root" in msg, msg
+    assert "is writable by others" in msg or "owned by nobody" in msg, msg
+    assert exc.value.details["untrusted"]["path"] == planted
+    assert exc.value.details["program"] == planted
+    assert not os.path.exists(marker)
+
+
+@as_root
+def test_a_program_of_another_user_in_a_closed_directory_is_refused(tmp_path):
+    closed = mkdir(tmp_path / "bin")
+    planted, _ = _planted(closed, uid=NOBODY)
+    with pytest.raises(_trust.ProgramRefused) as exc:
+        _trust.resolve_program("nvidia_smi", planted, "nvidia-smi")
+    assert exc.value.details["untrusted"]["component"] == planted
+    assert exc.value.details["untrusted"]["owner"] == "nobody"
+
+
+def test_a_link_to_a_program_in_a_directory_others_can_write_is_refused(tmp_path):
+    """The path found is judged, and so is its real path: here the link's target's directory."""
+    shared = mkdir(tmp_path / "shared", 0o777)
+    program, _ = _planted(shared)
+    closed = mkdir(tmp_path / "bin")
+    os.symlink(program, str(closed / "uv"))
+    with pytest.raises(_trust.ProgramRefused) as exc:
+        _trust.resolve_program("uv", "uv", "the uv binary", search_path=str(closed))
+    assert exc.value.details["untrusted"]["component"] == str(shared)
+
+
+def test_the_real_path_is_judged_too(tmp_path, monkeypatch):
+    """program_problem judges realpath(path) as well as the path: a walk that missed a step of the
+    links would still be caught there."""
+    judged = []
+    real = _trust.untrusted_component
+    monkeypatch.setattr(_trust, "untrusted_component", lambda place, uids=None: judged.append(place) or real(place, uids))
+    target = mkdir(tmp_path / "real")
+    program, _ = _planted(target)
+    os.symlink(program, str(tmp_path / "link"))
+    assert _trust.program_problem(str(tmp_path / "link")) is None
+    assert judged == [str(tmp_path / "link"), program]
+
+
+def test_a_missing_path_or_a_directory_is_refused(tmp_path):
+    with pytest.raises(_trust.ProgramRefused, match="does not exist"):
+        _trust.resolve_program("python", str(tmp_path / "nope"), "the Python")
+    with pytest.raises(_trust.ProgramRefused, match="is not an executable file"):
+        _trust.resolve_program("python", str(mkdir(tmp_path / "dir")), "the Python")

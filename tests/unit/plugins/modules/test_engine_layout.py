@@ -126,3 +126,71 @@ def test_a_relative_path_is_refused_naming_it(capsys):
     code, result = layout(capsys, "opt/llmfleet")
     assert code == 1 and result["failed"] is True
     assert result["msg"] == "parameter path is 'opt/llmfleet', allowed: an absolute path (the engine root)", result
+
+
+# -- trees and programs: what is already under a root before root runs it (the cache host, issue #44, 12) --
+
+
+def _cache_host(tmp_path):
+    """The engine_cache role's layout, all root's: <root>/uv/<v>/uv, <root>/venv-<lock>/bin/..."""
+    root = tmp_path / "cache-root"
+    (root / "uv" / "0.13.8").mkdir(parents=True)
+    uv = root / "uv" / "0.13.8" / "uv"
+    uv.write_text("#!/bin/sh\n")
+    uv.chmod(0o755)
+    (root / "venv-abc" / "bin").mkdir(parents=True)
+    (root / "venv-abc" / "lib" / "site-packages" / "devpi_server").mkdir(parents=True)
+    (root / "venv-abc" / "lib" / "site-packages" / "devpi_server" / "__init__.py").write_text("")
+    os.symlink("/usr/bin/python3", str(root / "venv-abc" / "bin" / "python"))
+    (root / "venv-abc" / "bin" / "devpi-server").write_text("#!/bin/sh\n")
+    (root / "venv-abc" / "bin" / "devpi-server").chmod(0o755)
+    return root, uv
+
+
+def _judge(capsys, root, **kw):
+    return layout(capsys, root, trees=[str(root / "uv"), str(root / "venv-abc"), str(root / "venv-missing")], **kw)
+
+
+def test_root_s_own_trees_and_programs_have_no_problem(capsys, tmp_path):
+    root, uv = _cache_host(tmp_path)
+    code, result = _judge(capsys, root, programs=["/usr/bin/python3", "sh", str(root / "missing-python")])
+    assert code == 0 and result["problems"] == [], result
+
+
+def test_a_uv_another_user_owns_under_the_root_is_a_problem(capsys, tmp_path):
+    root, uv = _cache_host(tmp_path)
+    os.chown(str(uv), NOBODY, -1)
+    code, result = _judge(capsys, root)
+    assert code == 0
+    assert result["problems"] == ["%s, which root runs or imports from: %s (owner nobody, mode 0755) is owned by "
+                                  "nobody, not by root: it was not put there by the installs" % (root / "uv", uv)], result
+
+
+def test_a_file_of_the_venv_others_can_write_or_a_venv_of_another_user_is_a_problem(capsys, tmp_path):
+    root, _uv = _cache_host(tmp_path)
+    module = root / "venv-abc" / "lib" / "site-packages" / "devpi_server" / "__init__.py"
+    module.chmod(0o666)
+    code, result = _judge(capsys, root)
+    assert len(result["problems"]) == 1 and "%s (owner root, mode 0666) is writable by others" % module \
+        in result["problems"][0], result
+    module.chmod(0o644)
+    os.chown(str(root / "venv-abc"), NOBODY, -1)
+    code, result = _judge(capsys, root)
+    assert result["problems"] == ["%s, which root runs or imports from: %s (owner nobody, mode 0755) is owned by "
+                                  "nobody, not by root: its owner can change it and what it holds"
+                                  % (root / "venv-abc", root / "venv-abc")], result
+
+
+def test_a_program_another_user_can_change_is_a_problem_found_as_it_runs(capsys, tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "python3").write_text("#!/bin/sh\n")
+    (shared / "python3").chmod(0o755)
+    shared.chmod(0o777)
+    monkeypatch.setenv("PATH", "%s:%s" % (shared, os.environ["PATH"]))
+    code, result = layout(capsys, tmp_path / "root", programs=["python3", str(shared / "python3")])
+    assert result["problems"] == [
+        "the program python3 (%s), which root runs: %s (owner root, mode 0777) is writable by others, who can "
+        "replace %s in it" % (shared / "python3", shared, shared / "python3"),
+        "the program %s, which root runs: %s (owner root, mode 0777) is writable by others, who can replace %s in it"
+        % (shared / "python3", shared, shared / "python3")], result

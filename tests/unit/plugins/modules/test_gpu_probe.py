@@ -184,7 +184,10 @@ def test_timeouts_must_be_positive(case, capsys, option):
 def test_a_python_that_is_not_there_fails(case, capsys, tmp_path):
     case("h100-580")
     code, result, _out = probe(capsys, python=str(tmp_path / "bin" / "python"))
-    assert code == 1 and "is not an executable file: give the interpreter of an engine environment" in result["msg"]
+    python = str(tmp_path / "bin" / "python")
+    assert code == 1 and result["msg"].startswith("python %s is not run: %s does not exist. It is the interpreter of "
+                                                  "the compute check, the interpreter of an engine environment"
+                                                  % (python, python)), result["msg"]
 
 
 @pytest.fixture(scope="module")

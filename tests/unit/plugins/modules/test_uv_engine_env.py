@@ -99,7 +99,8 @@ FAILURES = [
     ("bad-wheel-sha", {"wheel": {"url": "http://h/vllm-0.11.0-py3-none-any.whl", "sha256": "abc"}}, {},
      ["wheel.sha256 must be 64 hex digits"], None),
     ("bad-index-strategy", {"index_strategy": "fastest"}, {}, ["value of index_strategy must be one of"], None),
-    ("uv-missing", {"uv": "/nonexistent/uv"}, {}, ["the uv binary /nonexistent/uv does not exist"], None),
+    ("uv-missing", {"uv": "/nonexistent/uv"}, {},
+     ["uv /nonexistent/uv is not run: /nonexistent/uv does not exist. It is the uv binary uv_engine_env runs as"], None),
     ("not-uv", {}, {"uv_version": "pip 24.2"}, ["--version did not answer like uv"], None),
     ("unresolvable", {"version": "9.9.9"},
      {"fail": {"compile": (1, "", "  x No solution found when resolving dependencies:\n"

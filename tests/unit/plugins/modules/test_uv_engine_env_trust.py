@@ -142,11 +142,64 @@ def test_cache_in_a_sticky_directory(fake, base, capsys, tmp_path):
     assert fake.kinds() == []
 
 
+def assert_program_refused(code, result, base, fake, value, found, component, why):
+    """The refusal of the one resolver of programs root runs (_trust.resolve_program)."""
+    assert code == 1 and result["failed"] is True, result.get("msg")
+    where = "" if "/" in value else " (found on PATH at %s)" % found
+    assert result["msg"].startswith("uv %s%s is not run: %s (owner " % (value, where, component)), result["msg"]
+    assert "It is the uv binary uv_engine_env runs as root: it must belong to root" in result["msg"]
+    assert why in result["msg"], result["msg"]
+    assert result["option"] == "uv" and result["value"] == value and result["program"] == found
+    assert result["untrusted"]["option"] == "uv" and result["untrusted"]["component"] == component
+    assert fake.kinds() == []
+    assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")
+
+
 def test_writable_uv(fake, base, capsys):
     os.chmod(base["uv"], 0o775)
     code, result = run_module(base, capsys)
-    assert_refused(code, result, base, fake, "uv", base["uv"], base["uv"], "uses it as the uv binary it runs",
-                   "is writable by its group")
+    assert_program_refused(code, result, base, fake, base["uv"], base["uv"], base["uv"], "is writable by its group")
+
+
+@as_root
+@pytest.mark.parametrize("given", [False, True], ids=["uv-not-given", "uv-given-as-a-name"])
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_bare_uv_planted_in_a_world_writable_directory_on_path_never_runs(base, capsys, tmp_path, monkeypatch,
+                                                                            check_mode, given):
+    """Issue #44 (9) in uv_engine_env: uv not given, or given as the name uv (looked up on PATH),
+    nobody's uv in a 0777 directory first on PATH. The real runner: a uv that ran leaves its marker."""
+    shared = tmp_path / "shared-bin"
+    shared.mkdir()
+    shared.chmod(0o777)
+    marker = str(tmp_path / "ran")
+    planted = shared / "uv"
+    planted.write_text("#!/bin/sh\ntouch %s\necho 'uv 0.13.8'\n" % marker)
+    planted.chmod(0o755)
+    os.chown(str(planted), NOBODY, -1)
+    monkeypatch.setenv("PATH", "%s:%s" % (shared, os.environ["PATH"]))
+    args = dict(base, _ansible_check_mode=check_mode)
+    if given:
+        args["uv"] = "uv"
+    else:
+        del args["uv"]
+    code, result = run_module(args, capsys)
+    assert not os.path.exists(marker), "the planted uv ran as root"
+
+    class Nothing:  # the real runner ran: nothing recorded
+        @staticmethod
+        def kinds():
+            return []
+    assert_program_refused(code, result, base, Nothing, "uv", str(planted), str(shared),
+                           "is writable by others, who can replace %s in it" % planted)
+
+
+def test_a_bare_uv_on_path_runs_by_the_absolute_path_judged(fake, base, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", "%s:%s" % (os.path.dirname(base["uv"]), os.environ["PATH"]))
+    args = dict(base)
+    del args["uv"]
+    code, result = run_module(args, capsys)
+    assert code == 0, result.get("msg")
+    assert {call[1][0] for call in fake.calls if call[0] not in ("verify", "gpu")} == {base["uv"]}
 
 
 def test_python_path_through_a_writable_link(fake, base, capsys, tmp_path):
@@ -324,3 +377,21 @@ def test_a_verify_command_known_only_once_built_is_checked_before_it_runs(fake, 
     assert_not_run(code, result, "verify_command", program, str(open_dir), "the program verify_command runs")
     assert fake.kinds() == ["version", "find", "venv", "compile", "install"]
     assert not os.path.exists(base["path"]) and not os.path.exists(base["path"] + ".partial")
+
+
+@as_root
+def test_an_nvidia_smi_another_user_owns_is_refused_before_anything_runs(fake, base, capsys, tmp_path):
+    """Issue #44 (10): the GPU step's nvidia-smi runs as root after the build; it is judged before the
+    build (and again where it runs, _gpu.gather_facts)."""
+    (tmp_path / "drv").mkdir()
+    smi = tmp_path / "drv" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexit 0\n")
+    smi.chmod(0o755)
+    os.chown(str(smi), NOBODY, -1)
+    code, result = run_module(dict(base, nvidia_smi=str(smi)), capsys)
+    assert_refused(code, result, base, fake, "nvidia_smi", str(smi), str(smi), "the nvidia-smi the GPU check runs",
+                   "is owned by nobody")
+    # not asked for: a CPU build, or no GPU check
+    for change in ({"gpu_check": False}, {"build": "cpu", "gpu_check": True}):
+        code, result = run_module(dict(base, nvidia_smi=str(smi), **change), capsys)
+        assert result.get("untrusted") is None, result.get("msg")

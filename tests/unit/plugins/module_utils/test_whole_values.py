@@ -86,9 +86,7 @@ def test_engine_cache_refuses_a_torch_index_name_with_a_tail():
 
 
 def test_the_fleet_lock_needs_a_python_version_without_a_trailing_newline():
-    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds as builds
-
-    plan = builds.choose({"glibc": "2.39", "architecture": "x86_64"}, "0.31.0", "cpu")
+    plan = _builds.choose({"glibc": "2.39", "architecture": "x86_64"}, "0.31.0", "cpu")
     job = {"version": plan["version"], "build": plan["build"], "arch": "x86_64", "source": plan["source"]}
     args = (job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"}, {"url": "https://x/y.whl",
                                                                                   "sha256": SHA256})

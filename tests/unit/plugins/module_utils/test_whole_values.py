@@ -11,7 +11,6 @@ import pytest
 from ansible_collections.llmfleet.engines.plugins.module_utils.index import _devpi, _github, _pypi
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node_lock import engine_node_lock_item
 from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import FILTERS as NODE_FILTERS, GOOD, OPTIONS
 from tests.unit.plugins.module_utils.test_servicelook import PREFIX, look, node  # noqa: F401 - node: a fixture
@@ -91,8 +90,9 @@ def test_the_fleet_lock_needs_a_python_version_without_a_trailing_newline():
     args = (job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"}, {"url": "https://x/y.whl",
                                                                                   "sha256": SHA256})
     rest = ("/srv/locks", "https://pypi.org/simple", "https://download.pytorch.org/whl", {"torch": False})
-    assert "error" not in engine_node_lock_item(*args, "3.12", *rest)
-    assert "engine_node_python is" in engine_node_lock_item(*args, "3.12\n", *rest)["error"]
+    lock_item = NODE_FILTERS["engine_node_lock_item"]
+    assert "error" not in lock_item(*args, "3.12", *rest)
+    assert "engine_node_python is" in lock_item(*args, "3.12\n", *rest)["error"]
 
 
 @pytest.mark.parametrize("option, value, words", [

@@ -90,7 +90,7 @@ def engine_cache_problems(params):
         out.append("variable engine_cache_port: %s is not a port number (1-65535)" % _json(params["port"]))
     indexes = params["torch_indexes"]
     if not isinstance(indexes, (list, tuple)) \
-            or not all(isinstance(i, str) and _INDEX_NAME.match(i) for i in indexes):
+            or not all(isinstance(i, str) and _INDEX_NAME.fullmatch(i) for i in indexes):
         out.append("variable engine_cache_torch_indexes: %s must be a list of index names such as cu129"
                    % _json(indexes))
     url = params["pypi_url"]

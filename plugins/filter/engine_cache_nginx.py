@@ -27,6 +27,20 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_cache_hub_mirror
 
 # The only URLs cached: a file at a commit. A branch or a tag moves; its URL is never cached.
 RESOLVE_RE = "^/[^/]+/[^/]+/resolve/[0-9a-f]{40}/"
+# One segment of a file's path as the fleet's clients send it (huggingface_hub and hf_warm quote the path, '/'
+# kept): unreserved and sub-delimiter characters and percent escapes, never an escaped '/', '\' or '.' (each is
+# read as something else by one parser or another), never a '.' or '..' segment - and no backslash at all, which
+# a WHATWG URL parser reads as '/' (then '..\' climbs out of the pinned repo).
+_SEGMENT_RE = r"(?!\.\.?(?:/|\?|$))(?:[A-Za-z0-9._~!&'()*+,;=:@-]|%(?!2[EeFf]|5[Cc])[0-9A-Fa-f]{2})+"
+# A file at a commit as a whole, matched against the URL as sent ($request_uri): the repo, the commit and the
+# path captured and put back together into what is asked of the hub and cached ($hub_file), so that nothing
+# the grammar did not match travels. Python's re reads it as PCRE does (tests/unit/plugins/filter).
+FILE_RE = (r"^/(?P<hub_repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)/resolve/(?P<hub_commit>[0-9a-f]{40})"
+           r"/(?P<hub_file_path>%s(?:/%s)*)(?:\?.*)?$" % (_SEGMENT_RE, _SEGMENT_RE))
+FILE_VALUE = "/$hub_repo/resolve/$hub_commit/$hub_file_path"
+# said with the 400 (an nginx string: no backslash, no double quote, no '$')
+FILE_ALLOWED = ("a file's path is segments of letters, digits, -._~!&'()*+,;=:@ and %XX escapes (none of a slash,"
+                " a backslash or a dot), without a '.', '..' or empty segment and without a backslash")
 _HEX40_RE = re.compile(r"[0-9a-fA-F]{40}")
 # Where nobody says otherwise: systemd-resolved's stub.
 FALLBACK_RESOLVER = "127.0.0.53"
@@ -155,8 +169,9 @@ def engine_cache_hub_mirror_conf(params):
     ]
     cached = [
         "proxy_cache %s;" % ZONE,
-        "# the URL's path as the client sent it, without the query: one entry per file of a commit",
-        "proxy_cache_key $hub_path;",
+        "# the file as the grammar matched it (the URL's path as the client sent it, without the query): one",
+        "# entry per file of a commit",
+        "proxy_cache_key $hub_file;",
         "proxy_cache_valid 200 3650d;",
         "# the URLs are immutable: what the hub or the CDN say about caching does not count, and nothing",
         "# they answer makes nginx redirect internally (X-Accel-Redirect) or vary a cached entry",
@@ -227,6 +242,12 @@ def engine_cache_hub_mirror_conf(params):
         "    map $request_uri $hub_path {",
         '        "~^(?<hub_p>[^?]*)" $hub_p;',
         "    }",
+        "    # a file at a commit as the mirror's grammar allows it, put back together from the repo, the commit",
+        "    # and the path it matched in the URL as sent; empty for anything else (refused, nothing asked)",
+        "    map $request_uri $hub_file {",
+        '        "~%s" %s;' % (FILE_RE, FILE_VALUE),
+        '        default "";',
+        "    }",
         "    # where a redirect goes: absolute as given; relative to the hub's origin",
         "    map $upstream_http_location $hub_redirect {",
         "        volatile;",
@@ -287,15 +308,16 @@ def engine_cache_hub_mirror_conf(params):
         '            if ($request_uri !~ "%s") {' % RESOLVE_RE,
         "                return 404;",
         "            }",
-        "            # a file's path keeps its slashes: an encoded one (or a backslash) could be read otherwise",
-        '            if ($request_uri ~* "%2f|%5c") {',
-        "                return 400;",
+        "            # only a path of the grammar, and only that is sent: no backslash, no dot segment, no escaped",
+        "            # separator reaches the hub to be read as something else there",
+        '            if ($hub_file = "") {',
+        '                return 400 "llmfleet hub mirror: %s\\n";' % FILE_ALLOWED,
         "            }",
         "            if ($hub_pinned = 0) {",
         '                return 403 "llmfleet hub mirror: not a repo and commit the fleet pins'
         ' (engine_cache_hub_mirror_models)\\n";',
         "            }",
-        "            proxy_pass %s$hub_path;" % upstream,
+        "            proxy_pass %s$hub_file;" % upstream,
     ]
     lines += ["            " + line for line in cached + headers + tls]
     lines += [

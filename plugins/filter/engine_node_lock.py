@@ -86,7 +86,7 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
     if "exclude_newer" not in release or (github and "sha256" not in asset):
         return None
     version = _text(lock_python) or _text(python)
-    if not re.match(r"^3[.][0-9]+$", version):
+    if not re.fullmatch(r"3[.][0-9]+", version):
         return {"error": "engine_node_fleet_lock_dir is set, so the controller compiles this node's lock, and it needs"
                          " the node's Python version: engine_node_python is %s; set it to a version such as \"3.12\","
                          " or set engine_node_fleet_lock_python" % _json(python)}

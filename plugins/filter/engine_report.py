@@ -272,13 +272,20 @@ def engine_report_targets(nodes, gateways=None):
     return sorted(out, key=lambda t: (t["labels"]["host"], t["labels"]["unit"]))
 
 
+# Markdown's own syntax in a value, each character backslash-escaped: '|' would end the cell, '`' open code,
+# '[', ']', '(', ')' and '!' make a link or a remote image (![x](https://...), [a](javascript:...)).
+_MD_SYNTAX = re.compile(r"([|`\[\]()!])")
+
+
 def engine_report_md_cell(value):
     """``value`` as the text of one Markdown table cell: HTML's special characters escaped (a Markdown
-    page renders raw HTML: a model path with ``<script>`` must stay text), ``|`` escaped (it would end
-    the cell), backslashes kept, line breaks made spaces (they would end the row)."""
+    page renders raw HTML: a model path with ``<script>`` must stay text), ``|``, backquotes and the
+    characters of links and images (``[ ] ( ) !``) backslash-escaped (they would end the cell, open code,
+    or make a link or a remote image of a model path), backslashes kept, line breaks - ``\\n``, ``\\r\\n`` and
+    a lone ``\\r``, each a line ending to CommonMark - made spaces (they would end the row)."""
     text = "" if value is None else _text(value)
     text = text.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    text = text.replace("|", "\\|").replace("`", "\\`")
+    text = _MD_SYNTAX.sub(r"\\\1", text)
     return re.sub(r"[\r\n]+", " ", text)
 
 

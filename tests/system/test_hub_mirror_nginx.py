@@ -317,6 +317,40 @@ def test_anything_else_is_refused_without_asking_the_hub(mirror, upstream, path,
     assert upstream.log() == []
 
 
+# A file's path outside the mirror's grammar: a backslash (raw or encoded) that a WHATWG-style parser reads as
+# a '/', turning the dots into segments that climb out of the pinned repo and commit into the gated one; a dot
+# segment, literal or encoded, however it ends; an encoded slash; an empty segment.
+_BACKSLASH_CLIMB = "x/" + "..\\" * 5 + GATED_TINY.replace("/", "\\") + "\\resolve\\main\\model.safetensors"
+
+
+@pytest.mark.parametrize("path", [
+    _BACKSLASH_CLIMB,
+    _BACKSLASH_CLIMB.replace("\\", "%5c"),
+    _BACKSLASH_CLIMB.replace("\\", "%5C"),
+    "config\\json",
+    "x/..",
+    "x/../config.json",
+    "x/..?y=1",
+    "x/%2e%2E/config.json",
+    "x/.%2e/config.json",
+    "./config.json",
+    "x/./config.json",
+    "x/.%2Fconfig.json",
+    "x//config.json",
+    "config.json/",
+])
+def test_a_file_path_outside_the_grammar_is_refused_without_asking_the_hub(mirror, upstream, path):
+    """The pinned repo (any commit of main) with a file path that leaves it as the hub might read it: 400,
+    nothing reaches the hub (so the mirror's token goes nowhere) and nothing is cached."""
+    commit = upstream.hub_catalog()["repos"][TINY_CHAT]["branches"]["main"]
+    upstream.clear_log()
+    status, headers, body = mirror.get("/%s/resolve/%s/%s" % (TINY_CHAT, commit, path))
+    assert status == 400, (path, status, body)
+    assert headers.get("X-Cache-Status") is None, path
+    assert upstream.log() == []
+    assert [p for p in (mirror.dir / "cache").rglob("*") if p.is_file()] == []
+
+
 def test_the_gated_repo_works_with_the_mirrors_token_only(mirror, upstream):
     commit, siblings = _info(mirror, GATED_TINY)
     client = {"Authorization": "Bearer hf_clientTokenThatMustNotTravel"}

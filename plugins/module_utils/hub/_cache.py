@@ -173,7 +173,7 @@ def repo_prune_plan(repo_dir, keep_set, room, used):
             base = name[:-len(".incomplete")] if name.endswith(".incomplete") else name
             if st is None:
                 continue
-            if not (HEX40.match(base) or HEX64.match(base)) or not (
+            if not (HEX40.fullmatch(base) or HEX64.fullmatch(base)) or not (
                     stat.S_ISREG(st.st_mode) or (stat.S_ISLNK(st.st_mode) and base == name)):
                 plan["unknown"].append(path)
                 continue

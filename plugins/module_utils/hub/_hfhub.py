@@ -389,7 +389,7 @@ def build_lock(repo, revision, info, files, endpoint=None):
     """
     where = " from %s" % _base(endpoint) if endpoint else ""
     sha = info.get("sha") if isinstance(info, dict) else None
-    if not isinstance(sha, str) or not HEX40.match(sha.lower()):
+    if not isinstance(sha, str) or not HEX40.fullmatch(sha.lower()):
         raise HubAnswerError(
             "the model info of %s at %r%s has no commit sha (got %r): it cannot be pinned; is the "
             "endpoint a Hugging Face hub or a mirror of its API?" % (repo, revision, where, sha))
@@ -406,7 +406,7 @@ def build_lock(repo, revision, info, files, endpoint=None):
         entry = {"path": path, "size": size}
         if lfs is not None:
             sha256 = lfs.get("sha256")
-            if not isinstance(sha256, str) or not HEX64.match(sha256.lower()):
+            if not isinstance(sha256, str) or not HEX64.fullmatch(sha256.lower()):
                 raise HubAnswerError(
                     "the model info of %s at %s%s gives %s as an LFS file without a sha256 (got %r)"
                     % (repo, sha.lower(), where, path, sha256))
@@ -420,7 +420,7 @@ def build_lock(repo, revision, info, files, endpoint=None):
                     % (repo, sha.lower(), where, path, size, lfs["size"]))
         else:
             blob = sibling.get("blobId")
-            if not isinstance(blob, str) or not HEX40.match(blob.lower()):
+            if not isinstance(blob, str) or not HEX40.fullmatch(blob.lower()):
                 missing.append(path)
                 continue
             entry["git_oid"] = blob.lower()

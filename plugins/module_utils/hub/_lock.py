@@ -16,9 +16,10 @@ import re
 
 LOCK_FORMAT = 1
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Whole values only: use them with fullmatch (``$`` with match lets a trailing newline through).
+HEX40 = re.compile(r"[0-9a-f]{40}")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _FILE_KEYS = ("path", "size", "sha256", "git_oid")
 _LOCK_KEYS = ("format", "repo", "revision", "commit", "files", "size")
 
@@ -32,7 +33,7 @@ def validate_repo(repo):
         return ("repo %r is not of the form org/name (one '/'; models without an org, such as gpt2, "
                 "now live under one, such as openai-community/gpt2)" % (repo,))
     for part in parts:
-        if not _REPO_PART.match(part):
+        if not _REPO_PART.fullmatch(part):
             return ("repo %r is not of the form org/name: each side starts with a letter or digit and "
                     "has only letters, digits, '.', '_' and '-'" % (repo,))
         if "--" in part or ".." in part:
@@ -42,7 +43,7 @@ def validate_repo(repo):
 
 def is_commit(revision):
     """Whether ``revision`` is a full commit id (40 hex digits, any case)."""
-    return isinstance(revision, str) and bool(HEX40.match(revision.lower()))
+    return isinstance(revision, str) and bool(HEX40.fullmatch(revision.lower()))
 
 
 def path_problem(path):
@@ -81,7 +82,7 @@ def validate_lock(lock):
     if not isinstance(revision, str) or not revision:
         problems.append("revision %r is not a non-empty string" % (revision,))
     commit = lock.get("commit")
-    if not isinstance(commit, str) or not HEX40.match(commit):
+    if not isinstance(commit, str) or not HEX40.fullmatch(commit):
         problems.append("commit %r is not 40 lower-case hex digits" % (commit,))
     files = lock.get("files")
     if not isinstance(files, list) or not files:
@@ -117,9 +118,9 @@ def validate_lock(lock):
         if has_sha == has_oid:
             problems.append("%s has %s of sha256 and git_oid (exactly one is needed)"
                             % (where, "both" if has_sha else "neither"))
-        if has_sha and not (isinstance(item["sha256"], str) and HEX64.match(item["sha256"])):
+        if has_sha and not (isinstance(item["sha256"], str) and HEX64.fullmatch(item["sha256"])):
             problems.append("%s: sha256 %r is not 64 lower-case hex digits" % (where, item["sha256"]))
-        if has_oid and not (isinstance(item["git_oid"], str) and HEX40.match(item["git_oid"])):
+        if has_oid and not (isinstance(item["git_oid"], str) and HEX40.fullmatch(item["git_oid"])):
             problems.append("%s: git_oid %r is not 40 lower-case hex digits" % (where, item["git_oid"]))
     if paths != sorted(paths):
         problems.append("files are not sorted by path")

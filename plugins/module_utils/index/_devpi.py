@@ -58,9 +58,9 @@ except ImportError:  # pragma: no cover
     from urlparse import urljoin, urlsplit  # type: ignore
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 # name-version(-build)?-python-abi-platform.whl (PEP 427)
-WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+WHEEL_NAME = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
 CHUNK = 1024 * 1024
 
 
@@ -93,7 +93,7 @@ def plain_http_password_problem(url, user, allow_plain_http_password=False):
 
 def wheel_project(filename):
     """``(project, version)`` of a wheel's file name, or a DevpiError."""
-    match = WHEEL_NAME.match(filename or "")
+    match = WHEEL_NAME.fullmatch(filename or "")
     if not match:
         raise DevpiError("%r is not a wheel's file name (name-version-python-abi-platform.whl)" % (filename,))
     return match.group("name").replace("_", "-").lower(), match.group("version")
@@ -101,7 +101,7 @@ def wheel_project(filename):
 
 def check_index_name(name):
     """None, or why ``name`` is not ``user/index``."""
-    if not isinstance(name, str) or not INDEX_NAME.match(name):
+    if not isinstance(name, str) or not INDEX_NAME.fullmatch(name):
         return "%r is not an index name of the form user/index (letters, digits, '.', '_', '-')" % (name,)
     return None
 
@@ -349,7 +349,7 @@ def wheel_fits(filename, python_version, python_platform):
     def python_ok(tag):
         if tag in ("py3", "py2.py3") or tag.startswith("py3"):
             return True
-        found = re.match(r"^cp3([0-9]+)$", tag)
+        found = re.fullmatch(r"cp3([0-9]+)", tag)
         if not found:
             return False
         # an abi3 wheel fits every later Python; others only their own

@@ -29,7 +29,7 @@ API_HEADERS = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": 
 MAX_CHECKSUM_BYTES = 1024 * 1024
 MAX_CHECKSUM_FILES = 5
 _HEX = re.compile(r"^[0-9a-fA-F]{64}$")
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
 class GithubError(LlmfleetError):
@@ -139,7 +139,7 @@ class Lookup(object):
 
     def __init__(self, client, repo, tag, asset=None, pattern=None, multiple=False, token=None,
                  api_url=None, download_url=None, checksum_asset_pattern=None):
-        if not _REPO.match(repo or ""):
+        if not _REPO.fullmatch(repo or ""):
             raise InvalidArgumentError("repo %r is not of the form owner/name" % (repo,))
         if not tag:
             raise InvalidArgumentError("tag must not be empty")

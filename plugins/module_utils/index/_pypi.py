@@ -246,7 +246,7 @@ def format_time(stamp):
 
 
 # -- the look-up --------------------------------------------------------------------------------
-_SHA256_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def listed_sha256(value):
@@ -255,7 +255,7 @@ def listed_sha256(value):
     The JSON APIs put the bare hex under a ``sha256`` key: a value with an algorithm in front
     (``md5:<64 hex>``, or even ``sha256:<hex>``), or of another length, is no sha256 to pin by.
     """
-    if isinstance(value, str) and _SHA256_HEX.match(value):
+    if isinstance(value, str) and _SHA256_HEX.fullmatch(value):
         return value.lower()
     return None
 

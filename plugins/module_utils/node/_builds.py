@@ -753,6 +753,6 @@ def kernels_label(source):
     version's digits (CUDA 12.9 -> ``cu129``, 13.0 -> ``cu130``), the name of FlashInfer's index for it;
     None for a build without CUDA (``cpu``) or no source (``none``): no kernels are locked there."""
     cuda = str((source or {}).get("cuda") or "")
-    if not re.match(r"^[0-9]+\.[0-9]+$", cuda):
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", cuda):
         return None
     return "cu" + cuda.replace(".", "")

@@ -27,7 +27,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import
 
 STATES = ("ready", "drain", "maint")
 # HAProxy's proxy and server names: letters, digits and "-_.:" (cfgparse's invalid_char check)
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+NAME_RE = re.compile(r"[A-Za-z0-9_.:-]+")
 # `show stat` type 4: servers only
 SHOW_SERVERS = "show stat -1 4 -1"
 
@@ -98,7 +98,7 @@ def _int(value):
 def split_name(name):
     """``backend/server`` -> (backend, server), both checked against HAProxy's name characters."""
     backend, sep, server = str(name).partition("/")
-    if not sep or not NAME_RE.match(backend) or not NAME_RE.match(server):
+    if not sep or not NAME_RE.fullmatch(backend) or not NAME_RE.fullmatch(server):
         raise HaproxyError("haproxy: %r is not <backend>/<server> (letters, digits and -_.: in each)" % name)
     return backend, server
 

@@ -230,13 +230,13 @@ class Look:
 
     def _orphans(self):
         prefix = self.p["unit_prefix"]
-        pattern = re.compile("^" + re.escape(prefix) + r"[a-z0-9][a-z0-9-]*\.service$")
+        pattern = re.compile(re.escape(prefix) + r"[a-z0-9][a-z0-9-]*\.service")
         wanted = set(u["unit"] for u in self.p["units"])
         try:
             names = os.listdir(self.p["unit_dir"])
         except FileNotFoundError:
             names = []
-        orphans = sorted(n for n in names if pattern.match(n) and n not in wanted)
+        orphans = sorted(n for n in names if pattern.fullmatch(n) and n not in wanted)
         self.result["orphans"] = orphans
         if orphans:
             self.reasons.append("units no model lists any more: %s" % ", ".join(orphans))

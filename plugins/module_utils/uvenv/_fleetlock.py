@@ -53,8 +53,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock imp
     check_engine, check_expect, check_omitted, lock_text_problems, lock_versions, parse_lock, text_sha256)
 
 STATE_FORMAT = 1
-_PYTHON_VERSION = re.compile(r"^3\.[0-9]+(?:\.[0-9]+)?$")
-_PLATFORM = re.compile(r"^[a-z0-9_]+(?:-[a-z0-9_.]+)*$")
+_PYTHON_VERSION = re.compile(r"3\.[0-9]+(?:\.[0-9]+)?")
+_PLATFORM = re.compile(r"[a-z0-9_]+(?:-[a-z0-9_.]+)*")
 
 
 def pylock_path(dest):
@@ -105,10 +105,10 @@ class FleetLock:
 
     def validate(self):
         p = self.p
-        if not _PYTHON_VERSION.match(p["python_version"] or ""):
+        if not _PYTHON_VERSION.fullmatch(p["python_version"] or ""):
             raise OptionError("python_version must be the nodes' Python as X.Y (for example 3.12), got %r"
                               % p["python_version"])
-        if not _PLATFORM.match(p["python_platform"] or ""):
+        if not _PLATFORM.fullmatch(p["python_platform"] or ""):
             raise OptionError("python_platform must be one of uv's target triples (for example "
                               "x86_64-manylinux_2_28 or aarch64-manylinux_2_28), got %r" % p["python_platform"])
         if os.path.isdir(self.dest):

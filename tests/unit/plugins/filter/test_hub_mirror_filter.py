@@ -100,9 +100,9 @@ def test_the_resolve_location_caches_follows_redirects_and_sends_the_token_to_th
     text = conf(BASE)
     block = _location(text, RESOLVE)
     for line in (
-        "proxy_pass https://huggingface.co$hub_path;",
+        "proxy_pass https://huggingface.co$hub_file;",
         "proxy_cache llmfleet_hub;",
-        "proxy_cache_key $hub_path;",
+        "proxy_cache_key $hub_file;",
         "proxy_cache_valid 200 3650d;",
         "proxy_cache_lock on;",
         "proxy_cache_lock_timeout 3600s;",
@@ -123,7 +123,7 @@ def test_the_resolve_location_caches_follows_redirects_and_sends_the_token_to_th
     cdn = _location(text, "location @cdn {")
     assert "set $hub_to_hub $hub_same_origin;" in cdn
     assert "proxy_pass $hub_next;" in cdn
-    assert "proxy_cache_key $hub_path;" in cdn and "recursive_error_pages on;" in cdn
+    assert "proxy_cache_key $hub_file;" in cdn and "recursive_error_pages on;" in cdn
     # the token's variable is chosen per URL: 1 only for the hub's own origin
     assert cdn.index("set $hub_to_hub $hub_same_origin;") < cdn.index("proxy_set_header Authorization $hub_authorization;")
     api = _location(text, "location /api/models/ {")
@@ -132,6 +132,100 @@ def test_the_resolve_location_caches_follows_redirects_and_sends_the_token_to_th
     assert [line for line in api if line.startswith("proxy_redirect")] == ["proxy_redirect https://huggingface.co/ /;"]
     anything = _location(text, "location / {")
     assert len(anything) == 3 and anything[1].startswith("return 404 ")
+
+
+def _nginx_unquote(text):
+    """A double-quoted nginx string's content as nginx reads it (\\", \\', \\\\ and \\t, \\r, \\n; any other
+    backslash is kept with what follows, as PCRE then reads it)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in "\"'\\trn":
+            out.append({"t": "\t", "r": "\r", "n": "\n"}.get(text[i + 1], text[i + 1]))
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _hub_file(text):
+    """What the rendered ``map $request_uri $hub_file`` gives: a function of the URL as sent, read from the
+    configuration (its regex compiled by Python's re, which reads this one as PCRE does; its value's
+    variables filled from the named captures)."""
+    block = _location(text, "map $request_uri $hub_file {")
+    assert block[-2:] == ['default "";', "}"] and len(block) == 4, block
+    found = re.fullmatch(r'"~((?:[^"\\]|\\.)*)" (\S+);', block[1])
+    assert found, block[1]
+    pattern, value = re.compile(_nginx_unquote(found.group(1))), found.group(2)
+
+    def hub_file(uri):
+        match = pattern.search(uri)
+        if not match:
+            return ""
+        return re.sub(r"\$(\w+)", lambda m: match.group(m.group(1)), value)
+    return hub_file
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FILE_PREFIX = "/llmfleet-test/tiny-chat/resolve/%s/" % COMMIT
+
+
+@pytest.mark.parametrize("path, sent", [
+    ("config.json", "config.json"),
+    ("onnx/model-00001-of-00002.safetensors", "onnx/model-00001-of-00002.safetensors"),
+    ("a%20b%C3%A9.json", "a%20b%C3%A9.json"),  # huggingface_hub's quote of "a bé.json"
+    (".gitattributes", ".gitattributes"),
+    ("a..b/...", "a..b/..."),
+    ("x+y@1_~!&'()*,;=:-.bin", "x+y@1_~!&'()*,;=:-.bin"),
+    ("config.json?download=true", "config.json"),  # the query is never sent (nor part of the cache key)
+])
+def test_the_file_grammar_passes_what_the_clients_send_and_sends_only_what_it_matched(path, sent):
+    hub_file = _hub_file(conf(BASE))
+    assert hub_file(FILE_PREFIX + path) == FILE_PREFIX + sent
+
+
+@pytest.mark.parametrize("path", [
+    # a backslash, which a WHATWG URL parser reads as '/': '..\\' climbs out of the pinned repo and commit
+    "x/..\\..\\..\\..\\..\\other\\secret\\resolve\\main\\y",
+    "x/..%5c..%5c..%5c..%5c..%5cother%5csecret%5cresolve%5cmain%5cy",
+    "x/..%5C..%5Cother%5Csecret%5Cresolve%5Cmain%5Cy",
+    "config\\json", "config.json\\",
+    # dot segments, literal or escaped, however they end
+    "..", ".", "x/..", "x/.", "x/../y", "x/./y", "../y", "x/..?y=1", "x/.?y", "%2e%2e/y", "x/%2E%2e", ".%2e/y",
+    "x%2e/y", "%2E",
+    # an escaped separator; an empty segment; no path
+    "x%2fy", "x%2Fy", "x//y", "y/", "/y", "",
+    # what no client sends: raw space, quote, '$', '#', '%' without two hex digits
+    "x y", 'x"y', "x$y", "x#y", "x%zzy", "x%2",
+])
+def test_the_file_grammar_refuses_backslashes_dot_segments_and_escaped_separators(path):
+    hub_file = _hub_file(conf(BASE))
+    assert hub_file(FILE_PREFIX + path) == "", path
+
+
+@pytest.mark.parametrize("uri", [
+    "/llmfleet-test/tiny-chat/resolve/%s/config.json" % COMMIT.upper(),
+    "/llmfleet-test/tiny-chat/resolve/main/config.json",
+    "/../tiny-chat/resolve/%s/config.json" % COMMIT,
+    "/llmfleet-test\\tiny-chat/resolve/%s/config.json" % COMMIT,
+    "/llmfleet-test/tiny-chat/x/resolve/%s/config.json" % COMMIT,
+    "//llmfleet-test/tiny-chat/resolve/%s/config.json" % COMMIT,
+    "/api/models/llmfleet-test/tiny-chat/revision/main",
+])
+def test_the_file_grammar_refuses_any_other_repo_or_commit_shape(uri):
+    assert _hub_file(conf(BASE))(uri) == ""
+
+
+def test_only_the_grammars_file_is_asked_of_the_hub_and_cached():
+    """In the resolve location the grammar's refusal comes before anything is asked, and what is asked and
+    cached is the file it put together, not the URL as sent."""
+    block = _location(conf(BASE), RESOLVE)
+    refusal = block.index('if ($hub_file = "") {')
+    assert block[refusal + 1].startswith('return 400 "llmfleet hub mirror: a file\'s path is segments of')
+    assert block[refusal + 2] == "}"
+    assert refusal < block.index("if ($hub_pinned = 0) {") < block.index("proxy_pass https://huggingface.co$hub_file;")
+    assert [line for line in block if line.startswith(("proxy_pass", "proxy_cache_key"))] == [
+        "proxy_pass https://huggingface.co$hub_file;", "proxy_cache_key $hub_file;"]
 
 
 def test_the_maps_that_are_read_more_than_once_a_request_are_volatile():
@@ -149,7 +243,7 @@ def test_odd_but_valid_values_render():
     assert "listen [::1]:8443;" in lines
     assert "user llmfleet-hub-mirror nogroup;" in lines
     assert "resolver 10.0.0.2 [2001:db8::53]:5353 [2001:db8::54] 10.0.0.3:53 ipv6=off;" in lines
-    assert "proxy_pass http://[::1]:8080/hub$hub_path;" in lines
+    assert "proxy_pass http://[::1]:8080/hub$hub_file;" in lines
     assert '"~^/" http://[::1]:8080$upstream_http_location;' in lines
     assert "proxy_redirect http://[::1]:8080/hub/ /;" in lines and "proxy_redirect /hub/ /;" in lines
     assert '"~^http://\\[::1\\]:8080/" 1;' in lines

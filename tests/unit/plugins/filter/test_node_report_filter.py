@@ -552,11 +552,11 @@ HOSTILE = "<script>alert(1)</script>|x`y\\z\nnext | row"
 
 def test_md_cell_escapes_html_pipes_and_line_breaks():
     cell = node_report.engine_report_md_cell
-    assert cell(HOSTILE) == "&lt;script&gt;alert(1)&lt;/script&gt;\\|x\\`y\\\\z next \\| row"
+    assert cell(HOSTILE) == "&lt;script&gt;alert\\(1\\)&lt;/script&gt;\\|x\\`y\\\\z next \\| row"
     assert cell(None) == "" and cell(3) == "3" and cell("a & b") == "a &amp; b"
 
 
-def _render_md(nodes):
+def _render_md(nodes, gateways=None):
     """fleet.md as report.yml writes it: the real template, with the collection's filters."""
     import jinja2
 
@@ -565,7 +565,58 @@ def _render_md(nodes):
                              trim_blocks=True, undefined=jinja2.StrictUndefined)
     env.filters["llmfleet.engines.engine_report_md_cell"] = node_report.engine_report_md_cell
     env.filters["flatten"] = lambda lists: [x for sub in lists for x in sub]
-    return env.get_template("engine_report.md.j2").render(engine_report={"generated": "now", "nodes": nodes})
+    report = {"generated": "now", "nodes": nodes}
+    if gateways is not None:
+        report["gateways"] = gateways
+    return env.get_template("engine_report.md.j2").render(engine_report=report)
+
+
+def _markdown():
+    """A CommonMark renderer with GFM's tables, raw HTML passed through as a Markdown page's renderer does."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": True}).enable("table")
+
+
+def _table_rows(text):
+    """The body rows of every table of ``text`` as CommonMark (with tables) parses it: a list of cell texts, each
+    the text a reader sees (escapes and entities resolved). A cell that holds anything but text (HTML, a link, an
+    image, emphasis, code) fails the test."""
+    rows, row, cell = [], None, None
+    for token in _markdown().parse(text):
+        if token.type == "tr_open":
+            row = []
+        elif token.type == "td_open":
+            cell = ""
+        elif token.type == "inline" and cell is not None:
+            kinds = {child.type for child in token.children or []}
+            assert kinds <= {"text", "text_special"}, (kinds, token.content)
+            cell = "".join(child.content for child in token.children or [])
+        elif token.type == "td_close":
+            row.append(cell)
+            cell = None
+        elif token.type == "tr_close" and row is not None:
+            if row:  # the header row has th cells, not td
+                rows.append(row)
+            row = None
+    return rows
+
+
+# a model path (or any value) that a Markdown page would render as a remote image and links
+HOSTILE_MD = "![x](https://evil.example/x.png) [a](javascript:alert(1)) [b](https://evil.example/b) <https://evil.example/c>"
+
+
+def _no_image_no_link(html):
+    assert "<img" not in html and "<a " not in html and "<a>" not in html, html
+    assert "evil.example" not in html.split('"')[1::2], html  # in no attribute
+
+
+def test_md_cell_leaves_no_link_or_image_a_markdown_renderer_would_honour():
+    cell = node_report.engine_report_md_cell(HOSTILE_MD)
+    _no_image_no_link(_markdown().render(cell))
+    _no_image_no_link(_markdown().render("| a |\n|---|\n| %s |\n" % cell))
+    # each of [ ] ( ) ! of the value is a backslash escape, so no renderer reads link or image syntax in it
+    assert not __import__("re").search(r"(?<!\\)[\[\]()!]", cell), cell
 
 
 def test_the_markdown_report_keeps_hostile_values_inside_their_cells():
@@ -582,3 +633,51 @@ def test_the_markdown_report_keeps_hostile_values_inside_their_cells():
     for row in rows:
         cells = __import__("re").split(r"(?<!\\)\|", row)[1:-1]
         assert len(cells) == 11, row  # every | in a value is escaped
+
+
+def _hostile_node(value):
+    unit = {"name": "chat", "model": value, "unit": "llmfleet-vllm-chat.service", "state_text": "active",
+            "environment": "0.20.0-cu13", "revision": None, "gpus": None, "restarts": 0, "gate_text": value,
+            "metrics": "-", "problems": [value], "active": "active", "sub": "running", "target": None}
+    return {"host": "n1", "gpus": [], "driver_version": None, "requested": "auto", "wanted": "cu13",
+            "effective": "cu13", "version": "0.20.0", "wanted_version": "0.20.0", "environments": [],
+            "gpu_check": None, "lock_sha256": None, "drift": None, "off_wanted": value, "serving": [unit]}
+
+
+def test_the_markdown_report_renders_no_image_or_link_from_a_model_path():
+    text = _render_md([_hostile_node(HOSTILE_MD), {"host": HOSTILE_MD, "error": HOSTILE_MD, "serving": []}])
+    _no_image_no_link(_markdown().render(text))
+    rows = _table_rows(text)
+    assert [len(row) for row in rows] == [11, 11, 11], rows
+    assert rows[2][1] == "chat (%s)" % HOSTILE_MD  # the value is shown as it is, as text
+
+
+@pytest.mark.parametrize("line_break", ["\r", "\n", "\r\n", "\n\r"])
+def test_a_line_break_in_a_value_ends_no_table_row(line_break):
+    """CommonMark ends a line at \\n, \\r\\n and a lone \\r: none of them may reach the table."""
+    value = "first%ssecond | third" % line_break
+    text = _render_md([_hostile_node(value)])
+    assert "\r" not in text
+    rows = _table_rows(text)
+    assert [len(row) for row in rows] == [11, 11], rows  # the node and its unit: nothing more
+    assert rows[1][1] == "chat (first second | third)"
+
+
+def _hostile_gateway(value):
+    server = {key: value for key in ("backend", "server", "status", "current", "total", "check")}
+    return [{"host": value, "servers": [server], "states": {}, "error": value, "metrics": value, "target": None,
+             "summary": value}]
+
+
+@pytest.mark.parametrize("value", [HOSTILE_MD, "<img src=x onerror=alert(1)>|x", "a\rb|c"])
+def test_every_cell_of_a_gateway_row_is_escaped(value):
+    """fleet.md's gateway rows (a gateway that could not be read, one server of one that could): a value in any
+    of their cells renders as that text in that cell - no HTML, image or link, no cell or row of its own."""
+    text = _render_md([], _hostile_gateway(value))
+    html = _markdown().render(text)
+    _no_image_no_link(html)
+    assert "\r" not in text
+    rows = _table_rows(text)
+    assert [len(row) for row in rows] == [8, 8], rows
+    shown = value.replace("\r", " ")
+    assert rows == [[shown, shown, "", "", "", "", "", shown], [shown] * 8], rows

@@ -558,22 +558,26 @@ def test_prune_keeps_the_newest_the_locks_and_those_in_use_and_shared_blobs(tmp_
     (repo / "blobs" / "notes.txt").write_text("someone's")
     (repo / "blobs" / (only_oldest + ".incomplete")).write_text("half")
     (repo / "snapshots" / "stray-file").write_text("not a snapshot")
+    # a name that is a blob's but for a trailing newline is not a blob: left alone, reported
+    (repo / "blobs" / (only_old + "\n")).write_text("not a blob")
     snapshot = Snapshot(lock, str(tmp_path))
     # keep 2: the lock's commit and the newest other (OLD); OLDER stays as in use; oldest goes
     plan = snapshot.prune_plan(2, in_use=[OLDER])
     assert plan["snapshots"] == [oldest]
     assert plan["blobs"] == [only_oldest] and plan["partials"] == [only_oldest + ".incomplete"]
     assert plan["refs"] == ["v0"]
-    assert sorted(plan["unknown"]) == sorted([str(repo / "snapshots" / "stray-file"), str(repo / "blobs" / "notes.txt")])
+    assert sorted(plan["unknown"]) == sorted([str(repo / "snapshots" / "stray-file"), str(repo / "blobs" / "notes.txt"),
+                                              str(repo / "blobs" / (only_old + "\n"))])
     snapshot.prune(plan)
     assert sorted(os.listdir(str(repo / "snapshots"))) == sorted([OLD, OLDER, COMMIT, "stray-file"])
-    assert sorted(os.listdir(str(repo / "blobs"))) == sorted([shared, only_old, only_older, current, "notes.txt"])
+    assert sorted(os.listdir(str(repo / "blobs"))) == sorted([shared, only_old, only_older, current, "notes.txt",
+                                                              only_old + "\n"])
     assert tree(str(repo / "refs")) == ["main", "refs/pr/1", "v2"]
     # keep 1, nothing in use: OLD and OLDER go, and the ref in a subdirectory with its directories
     plan = snapshot.prune_plan(1)
     assert plan["snapshots"] == sorted([OLD, OLDER]) and sorted(plan["blobs"]) == sorted([only_old, only_older])
     snapshot.prune(plan)
-    assert sorted(os.listdir(str(repo / "blobs"))) == sorted([shared, current, "notes.txt"])
+    assert sorted(os.listdir(str(repo / "blobs"))) == sorted([shared, current, "notes.txt", only_old + "\n"])
     assert tree(str(repo / "refs")) == ["main"] and not (repo / "refs" / "refs").exists()
     assert snapshot.prune_plan(1)["snapshots"] == []
 

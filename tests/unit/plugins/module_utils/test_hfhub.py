@@ -549,3 +549,37 @@ def test_check_file_access_maps_refusals(fake, reply, token, words):
     for word in words:
         assert word in exc.value.msg
     assert CONFIG_URL in exc.value.msg and TOKEN not in exc.value.msg
+
+
+# -- a trailing newline is not part of a name or a hex digest (``$`` matches before one) ---------------------
+@pytest.mark.parametrize("repo", ["org/model\n", "org\n/model", "org/model\n\n"])
+def test_a_repo_with_a_trailing_newline_is_refused(repo):
+    assert _lock.validate_repo(repo) is not None
+
+
+def test_a_commit_with_a_trailing_newline_is_not_a_commit():
+    assert _lock.is_commit(SHA + "\n") is False
+
+
+@pytest.mark.parametrize("where, fn", [
+    ("commit", lambda l: l.update(commit=SHA + "\n")),
+    ("sha256", lambda l: l["files"][1].update(sha256=W_SHA + "\n")),
+    ("git_oid", lambda l: l["files"][0].update(git_oid=CFG_OID + "\n")),
+])
+def test_validate_lock_refuses_hex_with_a_trailing_newline(where, fn):
+    problems = _lock.validate_lock(mutate(fn))
+    assert any(where in p and "hex digits" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("field", ["sha", "sha256", "blobId"])
+def test_the_lock_refuses_hub_hex_with_a_trailing_newline(field):
+    data = info()
+    if field == "sha":
+        data["sha"] = SHA + "\n"
+    elif field == "sha256":
+        data["siblings"][0]["lfs"]["sha256"] = W_SHA + "\n"
+    else:
+        data["siblings"][2]["blobId"] = CFG_OID + "\n"
+    with pytest.raises(_hfhub.HubAnswerError) as exc:
+        _hfhub.build_lock(REPO, "main", data, data["siblings"], endpoint=EP)
+    assert exc.value.msg

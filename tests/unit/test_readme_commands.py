@@ -136,7 +136,9 @@ def _argv(text):
 
 
 def _program(argv):
-    words = [w for w in argv if not re.match(r"^\w+=", w)]  # VAR=value prefixes
+    words = list(argv)
+    while words and re.match(r"^\w+=", words[0]):  # VAR=value prefixes only: `-e key=value` stays
+        words.pop(0)
     return (os.path.basename(words[0]), words) if words else ("", [])
 
 
@@ -152,14 +154,15 @@ def _repo_paths(argv):
             yield word
 
 
-def _run(argv_or_text, shell=False):
-    proc = subprocess.run(argv_or_text if not shell else ["bash", "-c", argv_or_text], cwd=REPO, env=user_env(),
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+def _run(argv_or_text, shell=False, **extra_env):
+    proc = subprocess.run(argv_or_text if not shell else ["bash", "-c", argv_or_text], cwd=REPO,
+                          env=dict(user_env(), **extra_env), capture_output=True, text=True, timeout=TIMEOUT, check=False)
     return proc.returncode, (proc.stdout + proc.stderr).strip()[-3000:]
 
 
 def _syntax_check(argv):
-    rc, output = _run(list(argv) + ["--syntax-check"])
+    # An inventory Ansible cannot parse is only a warning by default: make it fail the check.
+    rc, output = _run(list(argv) + ["--syntax-check"], ANSIBLE_INVENTORY_UNPARSED_FAILED="1")
     return None if rc == 0 else "`%s --syntax-check` exited %d:\n%s" % (shlex.join(argv), rc, output)
 
 
@@ -306,6 +309,11 @@ def test_commands_keep_heredocs_loops_and_continuations_whole():
               ".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/x.yml"],
      "--syntax-check` exited"),
     ("skip", ["make no-such-target"], "the Makefile has no target no-such-target"),
+    # an inventory the block writes that Ansible cannot parse
+    ("skip", ["cat > ~/fleet.yml <<'YAML'", "all: [", "YAML",
+              ".venv/bin/ansible-playbook -i ~/fleet.yml playbooks/site.yml"], "--syntax-check` exited"),
+    ("skip", ["X=1 .venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/missing-file.yml -e a=b"],
+     "--syntax-check` exited"),
     ("skip", ["ansible-builder create -f meta/no-such-ee.yml -c build/ee"], "names meta/no-such-ee.yml"),
     ("skip", ["echo 'unterminated"], "not valid bash"),
     ("run", ["make run"], "would change this machine"),
@@ -320,6 +328,8 @@ def test_the_checker_catches_drift(mark, lines, expected, tmp_path):
 def test_the_checker_passes_a_good_skip_block(tmp_path):
     lines = ["cat > /tmp/x.yml <<'YAML'", "engine_service_models: []", "YAML",
              ".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/x.yml", "make run",
-             "ansible-builder create -f meta/execution-environment.yml -c build/ee"]
+             "ansible-builder create -f meta/execution-environment.yml -c build/ee",
+             # a VAR=value prefix is not the program; `-e key=value` stays with the playbook
+             "ANSIBLE_NOCOLOR=1 .venv/bin/ansible-playbook -i inventories/local playbooks/report.yml -e engine_report_dir=/tmp/r"]
     assert check_block(Block(1, "bash", lines, "skip", "reason"), tmp_path) == []
     assert (tmp_path / "block1-x.yml").read_text() == "engine_service_models: []\n"  # the -e file, stood in

@@ -333,3 +333,48 @@ def test_the_checker_passes_a_good_skip_block(tmp_path):
              "ANSIBLE_NOCOLOR=1 .venv/bin/ansible-playbook -i inventories/local playbooks/report.yml -e engine_report_dir=/tmp/r"]
     assert check_block(Block(1, "bash", lines, "skip", "reason"), tmp_path) == []
     assert (tmp_path / "block1-x.yml").read_text() == "engine_service_models: []\n"  # the -e file, stood in
+
+
+# Links between the pages: the README points at the guides, the guides at each other and at the
+# generated role pages. A renamed page or heading must not leave a link to nothing.
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def anchors(text):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as -."""
+    found = set()
+    for line in text.splitlines():
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if heading and not line.startswith("#!"):
+            found.add(re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-"))
+    return found
+
+
+def broken_links(page, text):
+    problems = []
+    for match in LINK.finditer(text):
+        target = match.group("target")
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            problems.append("%s: a link to %s, which does not exist" % (page.relative_to(REPO), target))
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text()):
+            problems.append("%s: a link to %s, whose page has no such heading" % (page.relative_to(REPO), target))
+    return problems
+
+
+def test_every_link_between_the_pages_resolves():
+    pages = PAGES + sorted((REPO / "docs" / "roles").glob("*.md"))
+    problems = [p for page in pages for p in broken_links(page, page.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_link_check_catches_a_missing_page_and_heading():
+    text = "[a](docs/security.md#the-privilege-line) [b](docs/nope.md) [c](docs/security.md#no-such-heading) [d](#x)"
+    assert broken_links(README, text) == [
+        "README.md: a link to docs/nope.md, which does not exist",
+        "README.md: a link to docs/security.md#no-such-heading, whose page has no such heading",
+        "README.md: a link to #x, whose page has no such heading"]

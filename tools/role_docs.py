@@ -74,7 +74,7 @@ def markup(text: str) -> str:
         elif kind == "U":
             out.append(f"<{arg}>")
         elif kind == "L":
-            label, _, url = arg.rpartition(",")
+            label, url = arg.rsplit(",", 1) if "," in arg else (arg, arg)
             out.append(f"[{label.strip()}]({url.strip()})")
         pos = end + 1
     return "".join(out)
@@ -165,8 +165,8 @@ def render(role_dir: pathlib.Path) -> str:
               "a bad value fails that host, naming the variable, the value and what is allowed.", ""]
     entry_points = ["main"] + sorted(name for name in specs if name != "main")
     if len(entry_points) > 1:
-        lines += ["Entry points: " + ", ".join(f"[`{name}`](#entry-point-{name})"
-                                                 for name in entry_points) + ".", ""]
+        links = ", ".join(f"[`{name}`](#entry-point-{name})" for name in entry_points)
+        lines += [f"Entry points: {links}.", ""]
     for name in entry_points:
         spec = specs[name] or {}
         options = spec.get("options") or {}

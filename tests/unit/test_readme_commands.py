@@ -357,7 +357,7 @@ def broken_links(page, text):
         target = match.group("target")
         if "://" in target or target.startswith("mailto:"):
             continue
-        path, _, anchor = target.partition("#")
+        path, anchor = target.split("#", 1) if "#" in target else (target, "")
         file = (page.parent / path).resolve() if path else page
         if not file.exists():
             problems.append("%s: a link to %s, which does not exist" % (page.relative_to(REPO), target))

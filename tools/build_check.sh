@@ -14,7 +14,8 @@ bad=$(printf '%s\n' "$listing" | grep -E '^(tests|bench|\.ci|\.venv|build|requir
 if [ -n "$bad" ]; then
   echo "ERROR: development files in $tarball:"; echo "$bad"; exit 1
 fi
-for must in README.md MANIFEST.json FILES.json meta/runtime.yml; do
+# The guides and the generated role pages ship with the collection (docs/dev, the test tooling's, does not).
+for must in README.md MANIFEST.json FILES.json meta/runtime.yml docs/*.md docs/roles/*.md; do
   printf '%s\n' "$listing" | grep -qx "$must" || { echo "ERROR: $must missing from $tarball"; exit 1; }
 done
 ANSIBLE_COLLECTIONS_PATH=$repo/build/install ansible-galaxy collection install "$tarball" -p "$repo/build/install" --force >/dev/null

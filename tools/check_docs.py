@@ -2,7 +2,8 @@
 
 For each module: `ansible-doc` must render it, and every option named by an EXAMPLES task that
 calls the module (by FQCN) must exist in DOCUMENTATION (suboptions checked too). Filters and the
-role's argument specs must render as well.
+role's argument specs must render as well, and the pages generated from those specs
+(docs/roles/<role>.md, tools/role_docs.py) must be current.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import subprocess
 import sys
 
 import yaml
+
+import role_docs  # tools/role_docs.py, beside this file
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 NS = "llmfleet.engines"
@@ -126,6 +129,8 @@ def main() -> int:
         rendered = ansible_doc("role", f"{NS}.{role.parent.parent.name}")
         problems.extend(rendered if isinstance(rendered, list) else [])
         checked += 1
+    # The role pages are generated from the specs checked above: one that differs is stale.
+    problems.extend(role_docs.problems(REPO))
     for problem in problems:
         print(f"ERROR: {problem}")
     print(f"docs: {checked} plugins and roles checked, {len(problems)} problems")

@@ -34,7 +34,7 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _MODEL_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 BACKEND_PREFIX = "llmfleet_"
-# What is retried on another server, and why (README, "The gateway"): a connection refused or reset, an empty
+# What is retried on another server, and why (docs/gateway.md): a connection refused or reset, an empty
 # or garbled answer (a server that stopped), and 500/503 - vLLM (0.32.0) answers every completion 500 for
 # several seconds after SIGTERM while /health still answers 200. Never a timeout: a slow generation would run
 # twice. HAProxy retries only before any byte of the answer went to the client.

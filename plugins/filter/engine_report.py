@@ -91,7 +91,7 @@ def engine_report_drift(nodes):
     return out
 
 
-# The metrics README.md's alert rules use (vLLM >= 0.11: kv_cache_usage_perc replaced
+# The metrics the alert rules of docs/vllm-alerts.yml use (vLLM >= 0.11: kv_cache_usage_perc replaced
 # gpu_cache_usage_perc, which 0.12 removed), and the fake `vllm serve` serves.
 ALERT_METRICS = ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds_bucket")
 _LOOPBACK = re.compile(r"^(127\.[0-9.]+|::1|localhost)$")

@@ -5,8 +5,8 @@ Llama made here, under the role's units (the module launcher that engine_node_pa
 picks), the fake systemd of tests/roles starting the real processes as the service user.
 
 One test, in order (each engine start costs a minute or two on two loaded cores):
-1. 0.31.0 serves behind the readiness gate; a one-token completion; every metric the README's alert
-   rules use (engine_report's ALERT_METRICS) is on the real /metrics.
+1. 0.31.0 serves behind the readiness gate; a one-token completion; every metric the alert
+   rules of docs/vllm-alerts.yml use (engine_report's ALERT_METRICS) is on the real /metrics.
 2. The rolling upgrade to 0.32.0 with the test client sending completions all the while, to the
    node while the fake load balancer has it in service: drain < stop < start < gate < undrain, and
    0 failed requests.

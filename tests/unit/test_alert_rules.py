@@ -1,6 +1,7 @@
-"""The README's Prometheus alert rules are a tested file: docs/vllm-alerts.yml.
+"""The Prometheus alert rules of the monitoring guide (docs/prometheus.md) are a tested file:
+docs/vllm-alerts.yml.
 
-- The README's ``# vllm-alerts.yml`` block is that file, word for word.
+- The guide's ``# vllm-alerts.yml`` block is that file, word for word.
 - ``promtool check rules`` accepts it, and ``promtool test rules`` passes its cases
   (tests/fixtures/vllm-alerts.test.yml): for each rule, a series that fires it and one that must not.
 - promtool is Debian's ``prometheus`` package (requirements/system.txt, group test: ``make test``
@@ -19,6 +20,7 @@ from tests.conftest import REPO
 
 RULES = REPO / "docs" / "vllm-alerts.yml"
 CASES = REPO / "tests" / "fixtures" / "vllm-alerts.test.yml"
+GUIDE = REPO / "docs" / "prometheus.md"
 PROMTOOL = shutil.which("promtool")
 MISSING = "promtool is not installed (apt-get install prometheus; make test installs it: requirements/system.txt)"
 
@@ -29,11 +31,11 @@ def promtool(*args):
 
 
 def readme_block(first_line):
-    """The body of the README's ```yaml block that starts with `first_line`."""
-    text = (REPO / "README.md").read_text()
+    """The body of the monitoring guide's ```yaml block that starts with `first_line`."""
+    text = GUIDE.read_text()
     blocks = re.findall(r"^```yaml\n(.*?)^```$", text, re.S | re.M)
     found = [b for b in blocks if b.startswith(first_line + "\n")]
-    assert len(found) == 1, "README.md has %d ```yaml blocks starting %r" % (len(found), first_line)
+    assert len(found) == 1, "docs/prometheus.md has %d ```yaml blocks starting %r" % (len(found), first_line)
     return found[0]
 
 
@@ -43,7 +45,7 @@ def alerts(path):
 
 def test_the_readme_shows_the_tested_rules():
     assert readme_block("# vllm-alerts.yml") == RULES.read_text()
-    # the scrape job the README shows loads them by that name
+    # the scrape job the guide shows loads them by that name
     assert "rule_files: [vllm-alerts.yml]" in readme_block("# prometheus.yml")
 
 

@@ -1,4 +1,5 @@
-"""Every shell block of README.md works as written from the repository root, or says why not.
+"""Every shell block of README.md and of the guides in docs/*.md works as written from the
+repository root, or says why not.
 
 A shell block (```bash, or sh/shell/console) must have a mark on the line right before its fence:
 
@@ -14,7 +15,8 @@ A shell block (```bash, or sh/shell/console) must have a mark on the line right 
   place); each ``make`` target must exist, and an ``ansible-playbook`` in its recipe is
   syntax-checked the same way; a repository path a command names must exist.
 
-An unmarked block, a skip without a reason and a mark with no block after it fail, naming the line.
+An unmarked block, a skip without a reason and a mark with no block after it fail, naming the file
+and the line.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import pytest
 from tests.conftest import REPO
 
 README = REPO / "README.md"
+# The README and the operator guides beside it (docs/dev is the test tooling's, docs/roles is
+# generated from the argument specs: neither has shell blocks for a user).
+PAGES = [README] + sorted((REPO / "docs").glob("*.md"))
 SHELL_LANGS = {"bash", "sh", "shell", "console", "zsh"}
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[\w+-]*)\s*$")
 MARK = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<kind>[\w-]+)\s*(?::\s*(?P<reason>.*?))?\s*-->\s*$")
@@ -45,10 +50,11 @@ class Block:
     body: list
     mark: str | None  # "run", "skip" or None
     reason: str = ""
+    path: str = "README.md"  # the page, relative to the repository root
 
 
-def parse(text):
-    """(shell blocks, problems): the README's shell blocks with their marks, and what is wrong
+def parse(text, path="README.md"):
+    """(shell blocks, problems): a page's shell blocks with their marks, and what is wrong
     with the marking (unmarked blocks, skips without a reason, unknown or orphan marks)."""
     lines = text.splitlines()
     blocks, problems, used_marks = [], [], set()
@@ -68,11 +74,11 @@ def parse(text):
             while k >= 0 and not lines[k].strip():
                 k -= 1
             mark = MARK.match(lines[k]) if k >= 0 else None
-            where = "README.md line %d (```%s block)" % (i + 1, lang)
+            where = "%s line %d (```%s block)" % (path, i + 1, lang)
             if not mark:
                 problems.append("%s has no mark: put <!-- readme-test: run --> or <!-- readme-test: skip: "
                                 "<why it cannot run here> --> on the line before it" % where)
-                blocks.append(Block(i + 1, lang, body, None))
+                blocks.append(Block(i + 1, lang, body, None, path=path))
             else:
                 used_marks.add(k)
                 kind, reason = mark.group("kind"), (mark.group("reason") or "").strip()
@@ -80,11 +86,11 @@ def parse(text):
                     problems.append("%s: unknown mark %r (run or skip)" % (where, kind))
                 elif kind == "skip" and not reason:
                     problems.append("%s: a skip needs its reason (<!-- readme-test: skip: needs a GPU -->)" % where)
-                blocks.append(Block(i + 1, lang, body, kind if kind in ("run", "skip") else None, reason))
+                blocks.append(Block(i + 1, lang, body, kind if kind in ("run", "skip") else None, reason, path))
         i = j + 1
     for number, line in enumerate(lines):
         if MARK.match(line) and number not in used_marks:
-            problems.append("README.md line %d: a readme-test mark with no shell block right after it" % (number + 1))
+            problems.append("%s line %d: a readme-test mark with no shell block right after it" % (path, number + 1))
     return blocks, problems
 
 
@@ -130,28 +136,33 @@ def _argv(text):
 
 
 def _program(argv):
-    words = [w for w in argv if not re.match(r"^\w+=", w)]  # VAR=value prefixes
+    words = list(argv)
+    while words and re.match(r"^\w+=", words[0]):  # VAR=value prefixes only: `-e key=value` stays
+        words.pop(0)
     return (os.path.basename(words[0]), words) if words else ("", [])
 
 
 def _repo_paths(argv):
-    """Words that name a path inside the repository (their first component is there)."""
+    """Words that name a path inside the repository (their first component is there). build/ is the
+    scratch directory commands write into (ignored by git and the collection build): not checked,
+    as it is not there at all in a fresh clone."""
     for word in argv:
         word = word.lstrip("@")
-        if "/" not in word or word.startswith(("/", "-", "~", "$")) or "://" in word:
+        if "/" not in word or word.startswith(("/", "-", "~", "$", "build/")) or "://" in word:
             continue
         if (REPO / word.split("/", 1)[0]).exists():
             yield word
 
 
-def _run(argv_or_text, shell=False):
-    proc = subprocess.run(argv_or_text if not shell else ["bash", "-c", argv_or_text], cwd=REPO, env=user_env(),
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+def _run(argv_or_text, shell=False, **extra_env):
+    proc = subprocess.run(argv_or_text if not shell else ["bash", "-c", argv_or_text], cwd=REPO,
+                          env=dict(user_env(), **extra_env), capture_output=True, text=True, timeout=TIMEOUT, check=False)
     return proc.returncode, (proc.stdout + proc.stderr).strip()[-3000:]
 
 
 def _syntax_check(argv):
-    rc, output = _run(list(argv) + ["--syntax-check"])
+    # An inventory Ansible cannot parse is only a warning by default: make it fail the check.
+    rc, output = _run(list(argv) + ["--syntax-check"], ANSIBLE_INVENTORY_UNPARSED_FAILED="1")
     return None if rc == 0 else "`%s --syntax-check` exited %d:\n%s" % (shlex.join(argv), rc, output)
 
 
@@ -177,7 +188,7 @@ def _makefile_rules():
 
 def check_block(block, tmp_path):
     """What does not work in one marked block: a list of messages (empty when all is well)."""
-    where = "README.md line %d" % block.line
+    where = "%s line %d" % (block.path, block.line)
     problems = []
     text = "\n".join(block.body) + "\n"
     syntax = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True, check=False)
@@ -231,15 +242,26 @@ def check_block(block, tmp_path):
 
 
 README_BLOCKS, README_PROBLEMS = parse(README.read_text())
+BLOCKS, PROBLEMS = [], []
+for _page in PAGES:
+    _blocks_of_page, _problems_of_page = parse(_page.read_text(), str(_page.relative_to(REPO)))
+    BLOCKS += _blocks_of_page
+    PROBLEMS += _problems_of_page
 
 
 def test_every_shell_block_is_marked():
     assert README_BLOCKS, "no shell block found in README.md: the parser or the README changed"
-    assert not README_PROBLEMS, "\n".join(README_PROBLEMS)
+    assert not PROBLEMS, "\n".join(PROBLEMS)
 
 
-@pytest.mark.parametrize("block", [b for b in README_BLOCKS if b.mark],
-                         ids=lambda b: "README.md:%d-%s" % (b.line, b.mark))
+def test_the_guides_commands_are_read():
+    # The pages the README's commands moved to: a glob that stopped finding them would check nothing.
+    pages = {b.path for b in BLOCKS}
+    assert pages >= {"README.md", "docs/engine-service.md", "docs/air-gapped.md", "docs/awx.md"}, sorted(pages)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.mark],
+                         ids=lambda b: "%s:%d-%s" % (b.path, b.line, b.mark))
 def test_readme_block_works_as_written(block, tmp_path):
     problems = check_block(block, tmp_path)
     assert not problems, "\n".join(problems)
@@ -287,6 +309,12 @@ def test_commands_keep_heredocs_loops_and_continuations_whole():
               ".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/x.yml"],
      "--syntax-check` exited"),
     ("skip", ["make no-such-target"], "the Makefile has no target no-such-target"),
+    # an inventory the block writes that Ansible cannot parse
+    ("skip", ["cat > ~/fleet.yml <<'YAML'", "all: [", "YAML",
+              ".venv/bin/ansible-playbook -i ~/fleet.yml playbooks/site.yml"], "--syntax-check` exited"),
+    ("skip", ["X=1 .venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/missing-file.yml -e a=b"],
+     "--syntax-check` exited"),
+    ("skip", ["ansible-builder create -f meta/no-such-ee.yml -c build/ee"], "names meta/no-such-ee.yml"),
     ("skip", ["echo 'unterminated"], "not valid bash"),
     ("run", ["make run"], "would change this machine"),
     ("run", [".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml"], "would change this machine"),
@@ -299,6 +327,54 @@ def test_the_checker_catches_drift(mark, lines, expected, tmp_path):
 
 def test_the_checker_passes_a_good_skip_block(tmp_path):
     lines = ["cat > /tmp/x.yml <<'YAML'", "engine_service_models: []", "YAML",
-             ".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/x.yml", "make run"]
+             ".venv/bin/ansible-playbook -i inventories/local playbooks/site.yml -e @/tmp/x.yml", "make run",
+             "ansible-builder create -f meta/execution-environment.yml -c build/ee",
+             # a VAR=value prefix is not the program; `-e key=value` stays with the playbook
+             "ANSIBLE_NOCOLOR=1 .venv/bin/ansible-playbook -i inventories/local playbooks/report.yml -e engine_report_dir=/tmp/r"]
     assert check_block(Block(1, "bash", lines, "skip", "reason"), tmp_path) == []
     assert (tmp_path / "block1-x.yml").read_text() == "engine_service_models: []\n"  # the -e file, stood in
+
+
+# Links between the pages: the README points at the guides, the guides at each other and at the
+# generated role pages. A renamed page or heading must not leave a link to nothing.
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def anchors(text):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as -."""
+    found = set()
+    for line in text.splitlines():
+        heading = re.match(r"^#{1,6}\s+(.*?)\s*$", line)
+        if heading and not line.startswith("#!"):
+            found.add(re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-"))
+    return found
+
+
+def broken_links(page, text):
+    problems = []
+    for match in LINK.finditer(text):
+        target = match.group("target")
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        path, anchor = target.split("#", 1) if "#" in target else (target, "")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            problems.append("%s: a link to %s, which does not exist" % (page.relative_to(REPO), target))
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text()):
+            problems.append("%s: a link to %s, whose page has no such heading" % (page.relative_to(REPO), target))
+    return problems
+
+
+def test_every_link_between_the_pages_resolves():
+    pages = PAGES + sorted((REPO / "docs" / "roles").glob("*.md"))
+    problems = [p for page in pages for p in broken_links(page, page.read_text())]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_link_check_catches_a_missing_page_and_heading():
+    text = "[a](docs/security.md#the-privilege-line) [b](docs/nope.md) [c](docs/security.md#no-such-heading) [d](#x)"
+    assert broken_links(README, text) == [
+        "README.md: a link to docs/nope.md, which does not exist",
+        "README.md: a link to docs/security.md#no-such-heading, whose page has no such heading",
+        "README.md: a link to #x, whose page has no such heading"]

@@ -257,7 +257,7 @@ def metrics(port):
 
 
 def test_metrics_in_prometheus_text_and_the_logs(serve):
-    """/metrics: the three metrics the README's alert rules use, per served model name, no key needed;
+    """/metrics: the three metrics the alert rules (docs/vllm-alerts.yml) use, per served model name, no key needed;
     --disable-uvicorn-access-log silences the access log; a prompt is logged only with --enable-log-requests."""
     port = free_port()
     vllm = serve(*listen_args(port), "--served-model-name", "fleet-model", "--api-key", "k",

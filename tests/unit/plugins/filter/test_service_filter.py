@@ -457,7 +457,7 @@ def test_systemd_waits_longer_than_vllm_drains(shutdown_timeout):
     given = int(unit["argv"][unit["argv"].index("--shutdown-timeout") + 1])
     assert given == int(shutdown_timeout)
     assert int(settings["TimeoutStopSec"]) > given
-    assert int(settings["TimeoutStopSec"]) == given + 30  # as README and defaults/main.yml say
+    assert int(settings["TimeoutStopSec"]) == given + 30  # as docs/engine-service.md and the argument specs say
 
 
 # The hardening vLLM tolerates, and what is known to break it (GPUs, Triton's JIT, NCCL, downloads).

@@ -1,5 +1,5 @@
 """The fleet report's serving state and Prometheus targets (plugins/filter/engine_service_status.py, engine_report.py), the access log
-flag of the units (engine_service_units), and the README's scrape job and alert rules.
+flag of the units (engine_service_units), and the scrape job and alert rules of docs/prometheus.md.
 
 The units are read back from the files engine_service_units renders: what is read must be what was
 rendered, for every value the renderer accepts (the nasty ones of test_service_filter.py included).
@@ -379,10 +379,10 @@ def test_units_turn_the_access_log_off_unless_asked_and_never_log_prompts():
         assert [a for a in unit["argv"] if a.startswith("--disable-uvicorn")] == args
 
 
-# -- the README's Prometheus blocks ----------------------------------------------------------------------
+# -- the Prometheus blocks of the monitoring guide (docs/prometheus.md) -------------------------------------
 
 def _readme_yaml_blocks():
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "prometheus.md").read_text()
     return [yaml.safe_load(block) for block in re.findall(r"^```yaml\n(.*?)^```", text, re.M | re.S)
             if re.search(r"^(scrape_configs|groups):", block, re.M)]
 

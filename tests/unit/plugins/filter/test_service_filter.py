@@ -628,6 +628,14 @@ def test_the_unreadable_message_names_the_model_and_the_service_user():
         " this node (vLLM runs as that user; allowed: a path it can read and enter)")
 
 
+def test_the_unchecked_message_says_the_check_was_killed_at_its_deadline():
+    """Issue 44, item 2: the preflight's check as the user was SIGKILLed at its deadline (rc 137 or 124)."""
+    assert F["engine_service_says"]({"name": "m", "model": "/srv/m"}, "unchecked", "llmfleet-vllm") == (
+        'variable engine_service_models: model "/srv/m" of "m" could not be checked as the service user "llmfleet-vllm"'
+        " on this node: no answer within 30 s, and the check was killed (a mount that does not answer, or a check the"
+        " user stopped)")
+
+
 # -- pinned models (revision) --------------------------------------------------------------------
 PINNED = dict(QWEN, revision="v1")
 LOCKS = {"Qwen/Qwen3-8B@v1": {"commit": "0123456789abcdef0123456789abcdef01234567"}}

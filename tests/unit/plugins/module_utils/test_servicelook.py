@@ -483,6 +483,7 @@ class ChildWatch:
         self.real_fork = os.fork
         self.real_exit = os._exit
         self.pids = []
+        self.timers = []
         self.read_end, self.write_end = os.pipe()
         self.linger = linger
         self.rescue_after = rescue_after
@@ -496,6 +497,7 @@ class ChildWatch:
             timer = threading.Timer(self.rescue_after, self._rescue, (pid,))
             timer.daemon = True
             timer.start()
+            self.timers.append(timer)
         return pid
 
     def _exit(self, code):
@@ -504,6 +506,21 @@ class ChildWatch:
             time.sleep(self.linger)
         finally:
             self.real_exit(code)
+
+    def close(self):
+        """No rescue left to fire at a pid the system may have given another process; a child not reaped
+        yet (still ours) is killed and reaped."""
+        for timer in self.timers:
+            timer.cancel()
+        for pid in self.pids:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # reaped by the code under test
+        os.close(self.read_end)
+        os.close(self.write_end)
 
     @staticmethod
     def _rescue(pid):
@@ -538,20 +555,33 @@ class ChildWatch:
         return os.waitstatus_to_exitcode(status)
 
 
+@pytest.fixture
+def child_watch(monkeypatch):
+    made = []
+
+    def make(**kwargs):
+        made.append(ChildWatch(monkeypatch, **kwargs))
+        return made[-1]
+
+    yield make
+    for watch in made:
+        watch.close()
+
+
 @as_root
-def test_the_service_user_cannot_stop_the_check(open_dir, monkeypatch):
+def test_the_service_user_cannot_stop_the_check(open_dir, child_watch):
     """Issue 44, item 2: the child that asks as the service user is not the user's to signal. The user
     SIGSTOPs it while it checks: the kernel refuses (EPERM), and the answer comes as the check left it,
     well before the rescue the test keeps for a parent that would wait for a stopped child forever."""
     model = private_model(open_dir, 0o755)
-    watch = ChildWatch(monkeypatch, linger=0.5)
+    watch = child_watch(linger=0.5)
     answer = {}
 
     def ask():
         answer["said"] = user_may_read("nobody", str(model))
 
     started = time.monotonic()
-    asker = threading.Thread(target=ask)
+    asker = threading.Thread(target=ask, daemon=True)
     asker.start()
     watch.child_is_checking()
     assert watch.signal_as("nobody", signal.SIGSTOP) == errno.EPERM
@@ -561,11 +591,11 @@ def test_the_service_user_cannot_stop_the_check(open_dir, monkeypatch):
 
 
 @as_root
-def test_a_check_that_does_not_answer_is_killed_at_its_deadline(open_dir, monkeypatch):
+def test_a_check_that_does_not_answer_is_killed_at_its_deadline(open_dir, child_watch):
     """A child that does not come back (the path on a mount that hangs, say) is SIGKILLed at the deadline
     and the answer says it could not be checked, in time; the child is gone, not left behind."""
     model = private_model(open_dir, 0o755)
-    watch = ChildWatch(monkeypatch, linger=60, rescue_after=20)
+    watch = child_watch(linger=60, rescue_after=20)
     started = time.monotonic()
     said = user_may_read("nobody", str(model), timeout=1)
     assert time.monotonic() - started < 4

@@ -159,6 +159,9 @@ def main():
             if state == "held":
                 module.warn("the rollout lock %s is another run's now (%s): it was taken over while this run held it,"
                             " and is left to that run" % (path, other))
+            elif state == "gone":
+                module.warn("the rollout lock %s was gone when this run gave it back (taken over and given back by"
+                            " another run, or removed by hand)" % path)
             module.exit_json(changed=False, released=state == "released", holder=other)
         if token:
             _rolloutlock.refresh(path, token)

@@ -10,6 +10,7 @@ import stat
 import time
 
 import pytest
+from ansible.module_utils.common import warnings as module_warnings
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _rolloutlock as rl
 from ansible_collections.llmfleet.engines.plugins.modules import rollout_lock
@@ -251,9 +252,15 @@ def test_the_module_returns_a_token_refreshes_and_gives_back_only_its_own(tmp_pa
     assert code == 0 and gave["released"] is False and gave["holder"] == "run B", gave
     assert any("another run's now (run B)" in w for w in warnings_text(gave)), gave
     assert rl.holder(str(lock)) == "run B"
+    module_warnings._global_warnings.clear()  # pylint: disable=protected-access  (kept per process, not per call)
     code, gave, _out = run_module(rollout_lock.main, {"path": str(lock), "state": "absent", "token": b["token"]},
                                   capsys)
     assert code == 0 and gave["released"] is True and not lock.exists(), gave
+    assert warnings_text(gave) == [], gave
+    code, gone, _out = run_module(rollout_lock.main, {"path": str(lock), "state": "absent", "token": b["token"]},
+                                  capsys)
+    assert code == 0 and gone["released"] is False, gone
+    assert any("was gone when this run gave it back" in w for w in warnings_text(gone)), gone
     code, refused, _out = run_module(rollout_lock.main, {"path": str(lock), "state": "absent"}, capsys)
     assert code == 1 and "token" in refused["msg"], refused
 

@@ -438,6 +438,10 @@ def engine_service_says(item, what, user=None):
         return ("variable engine_service_models: model %s of %s cannot be read by the service user %s on this node"
                 " (vLLM runs as that user; allowed: a path it can read and enter)"
                 % (_json(item.get("model")), _json(name), _json(user)))
+    if what == "unchecked":
+        return ("variable engine_service_models: model %s of %s could not be checked as the service user %s on this node:"
+                " no answer within 30 s, and the check was killed (a mount that does not answer, or a check the user"
+                " stopped)" % (_json(item.get("model")), _json(name), _json(user)))
     if what == "port_in_use":
         return ("variable engine_service_models: port %s of %s is in use by another program on this node (not %s%s.service)"
                 % (item.get("port"), _json(name), UNIT_PREFIX, name))

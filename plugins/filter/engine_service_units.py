@@ -43,6 +43,12 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # systemd waits this much longer than vLLM's --shutdown-timeout before it kills (TimeoutStopSec=).
 STOP_MARGIN_S = 30
+# The unit's ExecStop=: SIGTERM to vLLM's main process alone ($MAINPID, set by systemd for ExecStop=
+# while the main process lives; $$ is systemd's escape of $), then wait until it has exited. It runs as
+# the service user, which owns that process. Without it, KillMode=control-group would send SIGTERM to the
+# engine core and workers at the same time as to the API server, cutting the requests it lets finish.
+STOP_MAIN_FIRST = ("/bin/sh -c 'if [ -n \"$$MAINPID\" ] && kill -TERM \"$$MAINPID\"; then while kill -0 \"$$MAINPID\""
+                   " 2>/dev/null; do sleep 0.2; done; fi'")
 SECRETS_DIR = "/etc/llmfleet/engine_service"
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -125,12 +131,18 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
         "RestartSec=5",
         "TimeoutStartSec=%d" % ready_timeout,
         "KillSignal=SIGTERM",
-        "# SIGTERM to vLLM's main process alone: it stops its engine core and workers itself; what is left",
-        "# of them once it has exited is killed at once, not sent SIGTERM and waited for.",
-        "KillMode=mixed",
+        "# Stopping: SIGTERM to vLLM's main process alone, and wait for it to exit (ExecStop=): it lets in-flight",
+        "# requests finish, then stops its engine core and workers itself. Then every process left in the unit",
+        "# (all of them where the main one was killed hard) gets SIGTERM and TimeoutStopSec= to exit before",
+        "# SIGKILL (KillMode=control-group): killed at once, they leave shared memory and semaphores in /dev/shm.",
+        "ExecStop=%s" % STOP_MAIN_FIRST,
+        "KillMode=control-group",
         "# vLLM's --shutdown-timeout (%d s) lets in-flight requests finish; systemd waits %d s more, then kills."
         % (shutdown_timeout, STOP_MARGIN_S),
         "TimeoutStopSec=%d" % (shutdown_timeout + STOP_MARGIN_S),
+        "# What is left of the service user's IPC (System V, and POSIX shared memory and semaphores in /dev/shm)",
+        "# is removed when the last unit running as that user stops (User= is never root here).",
+        "RemoveIPC=yes",
         "# vLLM with tensor parallelism: every worker holds many files (shared memory, sockets, NCCL).",
         "LimitNOFILE=%d" % limit_nofile,
         "",

@@ -22,8 +22,10 @@ description:
     through a link). Each unit's secret
     file (O(units[].environment_file), missing counting as empty) has the SHA-256 O(units[].secret_sha256).
     No secret is sent or returned.
-  - Each model in O(model_paths) exists and O(user) may read and enter it, as C(test -r -a -x) run as O(user) would
-    say. A child process takes the user's uid, gid and groups and asks the kernel, with no PAM session.
+  - Each model in O(model_paths) exists and O(user) may read it (and enter it, a directory). A child process takes
+    the user's groups, gid and effective uid and opens the path, with no PAM session; its real and saved uid stay
+    root's, so the user cannot signal (stop) it, and a child that does not answer within 30 s is killed and the
+    path is a reason ("cannot be checked").
   - Each snapshot in O(snapshots) is complete in O(cache_dir) (sizes checked, as M(llmfleet.engines.model_snapshot)
     checks by default), with nothing to prune beyond O(keep) and O(in_use), and no model that
     O(snapshots) does not list has anything to prune there (as M(llmfleet.engines.model_prune)).

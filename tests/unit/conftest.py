@@ -12,6 +12,23 @@ from tests.upstream.server import ForeignOrigin
 
 
 @pytest.fixture(autouse=True)
+def _module_side(monkeypatch):
+    """Each test runs on the module side, whatever was imported before it, and leaves the flag as it was.
+
+    Importing any of ansible's controller code (ansible.template, ansible.errors, ansible.parsing, ...)
+    sets ``ansible.module_utils._internal.is_controller`` for the whole process, once, at import - often
+    while pytest collects a test file (tests/unit/roles/test_site_canary.py imports the Templar). From
+    then on ``AnsibleModule.warn()`` goes to the controller's display instead of the module's result,
+    and a module test's warnings vanish or not depending on which files ran before it. The unit tests
+    run modules in-process and filters and action plugins as plain calls: none needs controller mode.
+    """
+    from ansible.module_utils import _internal
+
+    monkeypatch.setattr(_internal, "is_controller", False)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _fresh_module_warnings():
     """Each test starts with no warnings or deprecations left by an earlier module run.
 

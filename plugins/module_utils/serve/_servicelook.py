@@ -36,6 +36,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import stat
 import time
 
@@ -91,34 +92,94 @@ def parse_show_blocks(text):
     return out
 
 
-def user_may_read(user, path):
-    """``None`` when ``user`` may read and enter ``path`` (``test -r -a -x`` as that user), else why not.
+CHECK_TIMEOUT = 30
 
-    The kernel decides, as for the server: a child process takes the user's uid, gid and groups and
-    asks ``access(2)``. ``runuser -u <user> -- test`` asks the same, but opens a PAM session (and a
-    log line) for each model in each hourly look; this needs no program and no session. It needs
-    root, as runuser does."""
+
+def _may_read_here(path):
+    """The child's check, with the user's identity: 0 when ``path`` opens for reading and, a directory,
+    may be entered (a name looked up in it), 1 when the kernel says no, 3 when it fails otherwise.
+
+    Operations, not ``access(2)``: access asks with the real uid, which stays root's here (so that the
+    user cannot signal the child), and ``faccessat(AT_EACCESS)`` falls back to guessing from the mode
+    bits (no ACLs) in C libraries or kernels without ``faccessat2``. Opening and looking up use the
+    effective (file system) identity, as the server's own reads will."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except PermissionError:
+        return 1
+    except OSError:
+        return 3
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.stat(".", dir_fd=fd)  # the lookup needs search (x) on the directory
+        return 0
+    except PermissionError:
+        return 1
+    except OSError:
+        return 3
+    finally:
+        os.close(fd)
+
+
+def user_may_read(user, path, timeout=CHECK_TIMEOUT):
+    """``None`` when ``user`` may read ``path`` (and enter it, a directory), else why not.
+
+    The kernel decides, as for the server: a child process takes the user's groups, gid and effective
+    uid, and opens the path (``_may_read_here``). Its real and saved uid stay root's, so the user
+    cannot signal it (kill(2) needs the sender's uid to be the target's real or saved one) and a
+    SIGSTOP cannot hold root's look; a child that still does not answer in ``timeout`` seconds (a
+    path on a mount that hangs) is SIGKILLed and the path "cannot be checked". No program and no PAM
+    session, unlike ``runuser``; it needs root, as runuser does."""
     try:
         entry = pwd.getpwnam(user)
     except KeyError:
         return "cannot be checked: there is no user %s" % user
+    groups = os.getgrouplist(user, entry.pw_gid)
     pid = os.fork()
     if pid == 0:  # the child: only os calls, and it always leaves through os._exit
         code = 2
         try:
-            os.initgroups(user, entry.pw_gid)
-            os.setgid(entry.pw_gid)
-            os.setuid(entry.pw_uid)
-            code = 0 if os.access(path, os.R_OK | os.X_OK) else 1
+            os.setgroups(groups)
+            os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+            # effective (and file system) uid the user's; real and saved root's: not the user's to signal
+            os.setresuid(0, entry.pw_uid, 0)
+            code = _may_read_here(path)
         finally:
             os._exit(code)
-    _pid, status = os.waitpid(pid, 0)
+    status = _wait_bounded(pid, timeout)
+    if status is None:
+        return "cannot be checked as %s: no answer within %s s (the check was killed)" % (user, timeout)
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return None
     if code == 1:
         return "may not be read by %s" % user
+    if code == 3:
+        return "cannot be checked as %s: opening it failed otherwise than by permission" % user
     return "cannot be checked as %s: taking its identity failed (the look runs as root)" % user
+
+
+def _wait_bounded(pid, timeout):
+    """The child's wait status, or None when it did not end within ``timeout`` seconds: it is then
+    SIGKILLed and reaped (a child stuck in the kernel is left after a second rather than waited for)."""
+    end = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.05)
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 1
+    while time.monotonic() < end:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+        time.sleep(0.01)
+    return None
 
 
 def _only_empty_trees(repo_dir):

@@ -8,7 +8,13 @@ test_service_units_systemd.py), and no secret reaches what engine_service_units 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import shlex
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 import yaml
@@ -377,8 +383,10 @@ def test_units():
         ("RestartSec", "5"),
         ("TimeoutStartSec", "900"),
         ("KillSignal", "SIGTERM"),
-        ("KillMode", "mixed"),
+        ("ExecStop", STOP_MAIN_FIRST),
+        ("KillMode", "control-group"),
         ("TimeoutStopSec", "75"),
+        ("RemoveIPC", "yes"),
         ("LimitNOFILE", "65536"),
         ("ProtectSystem", "strict"),
         ("ReadWritePaths", " ".join(unit["writable_dirs"])),
@@ -568,6 +576,60 @@ def test_secret_file_values_read_back(value):
     assert len(text.splitlines()) == 4
 
 
+# The unit's ExecStop= (issue 44, item 6d): SIGTERM to vLLM's main process alone, waiting for it to exit; with
+# KillMode=control-group, systemd then sends SIGTERM to what is left and SIGKILL only after TimeoutStopSec=.
+STOP_MAIN_FIRST = ("/bin/sh -c 'if [ -n \"$$MAINPID\" ] && kill -TERM \"$$MAINPID\"; then while kill -0 \"$$MAINPID\""
+                   " 2>/dev/null; do sleep 0.2; done; fi'")
+
+
+def _stop_command(text):
+    """The ExecStop= of a unit's text as the program gets it: systemd reads ``$$`` as ``$`` and splits the
+    words (here one single-quoted word after ``-c``)."""
+    (value,) = [v for k, v in directives(text) if k == "ExecStop"]
+    return shlex.split(value.replace("$$", "$"))
+
+
+def test_the_stop_command_waits_for_the_main_process_and_signals_it_alone(tmp_path):
+    """Issue 44, item 6d: stopping sends SIGTERM to vLLM's main process only, and returns when it has exited
+    (vLLM lets in-flight requests finish, then stops its engine core and workers itself); a process beside
+    it (an engine core) gets nothing from it: what is left afterwards is systemd's (KillMode=control-group:
+    SIGTERM, then SIGKILL after TimeoutStopSec=). With the main process gone (MAINPID unset), it returns at
+    once."""
+    argv = _stop_command(units([QWEN])[0]["text"])
+    marks = tmp_path / "marks"
+    program = ("import os, signal, sys, time\n"
+               "def term(*_):\n"
+               "    open(%r, 'a').write(sys.argv[1] + ' TERM\\n')\n"
+               "    time.sleep(float(sys.argv[2]))\n"
+               "    sys.exit(0)\n"
+               "signal.signal(signal.SIGTERM, term)\n"
+               "print('ready', flush=True)\n"
+               "while True:\n"
+               "    time.sleep(1)\n") % str(marks)
+    main = subprocess.Popen([sys.executable, "-c", program, "main", "1.0"], stdout=subprocess.PIPE, text=True)
+    core = subprocess.Popen([sys.executable, "-c", program, "core", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert main.stdout.readline() == "ready\n" and core.stdout.readline() == "ready\n"
+        reaper = threading.Thread(target=main.wait)  # PID 1 reaps the main process as soon as it exits
+        reaper.start()
+        started = time.monotonic()
+        done = subprocess.run(argv, env=dict(os.environ, MAINPID=str(main.pid)), timeout=20, check=False)
+        took = time.monotonic() - started
+        reaper.join(5)
+        assert done.returncode == 0
+        assert main.returncode == 0 and took >= 1.0, "the stop command returned before the main process exited"
+        assert marks.read_text() == "main TERM\n" and core.poll() is None, "a process beside the main one got a signal"
+        started = time.monotonic()
+        env = {k: v for k, v in os.environ.items() if k != "MAINPID"}
+        assert subprocess.run(argv, env=env, timeout=20, check=False).returncode == 0
+        assert time.monotonic() - started < 2
+    finally:
+        for proc in (main, core):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_unit_states():
     text = ("Id=llmfleet-vllm-a.service\nLoadState=loaded\nActiveState=active\nSubState=running\n\n"
             "Id=llmfleet-vllm-b.service\nLoadState=not-found\nActiveState=inactive\nSubState=dead\n")
@@ -626,6 +688,14 @@ def test_the_unreadable_message_names_the_model_and_the_service_user():
     assert F["engine_service_says"]({"name": "m", "model": "/srv/m"}, "unreadable", "llmfleet-vllm") == (
         'variable engine_service_models: model "/srv/m" of "m" cannot be read by the service user "llmfleet-vllm" on'
         " this node (vLLM runs as that user; allowed: a path it can read and enter)")
+
+
+def test_the_unchecked_message_says_the_check_was_killed_at_its_deadline():
+    """Issue 44, item 2: the preflight's check as the user was SIGKILLed at its deadline (rc 137 or 124)."""
+    assert F["engine_service_says"]({"name": "m", "model": "/srv/m"}, "unchecked", "llmfleet-vllm") == (
+        'variable engine_service_models: model "/srv/m" of "m" could not be checked as the service user "llmfleet-vllm"'
+        " on this node: no answer within 30 s, and the check was killed (a mount that does not answer, or a check the"
+        " user stopped)")
 
 
 # -- pinned models (revision) --------------------------------------------------------------------

@@ -146,10 +146,12 @@ def rendered(request, analyze, tmp_path_factory):
     for unit in units:
         # what the role writes (roles/engine_service/tasks/units.yml: copy, content: the unit's text)
         (scratch / UNIT_DIR.lstrip("/") / unit["unit"]).write_text(unit["text"])
-        exe = scratch / unit["argv"][0].lstrip("/")
-        exe.parent.mkdir(parents=True, exist_ok=True)
-        exe.write_text("#!/bin/sh\nexit 0\n")
-        exe.chmod(0o755)
+        # verify checks each Exec*= program: vLLM's, and the shell of ExecStop=
+        for program in (unit["argv"][0], "/bin/sh"):
+            exe = scratch / program.lstrip("/")
+            exe.parent.mkdir(parents=True, exist_ok=True)
+            exe.write_text("#!/bin/sh\nexit 0\n")
+            exe.chmod(0o755)
     return request.param, units, models, dict(kwargs, root=root.rstrip("/"), env_name=env_name), scratch
 
 
@@ -184,7 +186,7 @@ def test_systemd_reads_back_the_values_given(rendered):
     for model, unit in zip(models, units):
         settings = loaded(scratch, unit["unit"])
         # argv: exactly the words given, none split, joined, unescaped or expanded
-        (command,) = settings["Command Line"]
+        command, stop = settings["Command Line"]  # ExecStart=, then ExecStop=
         argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", model["model"], "--host", host,
                 "--port", str(int(model["port"])), "--served-model-name", model["name"],
                 "--shutdown-timeout", str(shutdown), "--disable-uvicorn-access-log"] + [str(a) for a in model.get("args", [])]
@@ -207,8 +209,14 @@ def test_systemd_reads_back_the_values_given(rendered):
         assert not settings["EnvironmentFile"][0].startswith("-")
         assert (settings["User"], settings["Group"]) == ([user], [user])
         assert seconds(settings["TimeoutStopSec"][0]) > shutdown, case
-        # SIGTERM to vLLM's main process alone, the rest killed once it exits (systemd reads it back)
-        assert settings["KillMode"] == ["mixed"], case
+        # stopping: SIGTERM to vLLM's main process alone, waiting for it (ExecStop=, run by a shell as the
+        # service user with $MAINPID from systemd); then SIGTERM to whatever is left, SIGKILL only after
+        # TimeoutStopSec= (control-group), and the user's IPC objects removed (issue 44, item 6d)
+        assert [expanded(w) for w in dump_words(stop)] == [
+            "/bin/sh", "-c", 'if [ -n "$MAINPID" ] && kill -TERM "$MAINPID"; then while kill -0 "$MAINPID" 2>/dev/null;'
+            ' do sleep 0.2; done; fi'], case
+        assert settings["KillMode"] == ["control-group"], case
+        assert settings["KillSignal"] == ["SIGTERM"], case
         assert seconds(settings["TimeoutStartSec"][0]) == int(kwargs.get("ready_timeout", 900))
         assert settings["LimitNOFILE"] == [str(kwargs.get("limit_nofile", 65536))]
         assert settings["Description"] == ["vLLM serving %s (%s), managed by llmfleet.engines" % (model["name"], env_name)]
@@ -216,7 +224,8 @@ def test_systemd_reads_back_the_values_given(rendered):
 
 # json_field of `systemd-analyze security --json`: on, and off (each breaks vLLM).
 HARDENED = ["NoNewPrivileges", "ProtectSystem", "PrivateTmp", "ProtectHome", "ProtectKernelModules",
-            "ProtectKernelTunables", "ProtectControlGroups", "RestrictSUIDSGID", "LockPersonality", "RestrictRealtime"]
+            "ProtectKernelTunables", "ProtectControlGroups", "RestrictSUIDSGID", "LockPersonality", "RestrictRealtime",
+            "RemoveIPC"]
 LEFT_OFF = ["PrivateDevices", "ProtectClock", "DeviceAllow", "MemoryDenyWriteExecute", "IPAddressDeny"]
 LEFT_OFF_PREFIXES = ("RestrictAddressFamilies_", "SystemCallFilter_")
 

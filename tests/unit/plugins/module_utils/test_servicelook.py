@@ -5,6 +5,7 @@ the units, their secret files, the rollout lock, the gate records and a small hu
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import inspect
 import json
@@ -12,9 +13,12 @@ import os
 import pathlib
 import pwd
 import re
+import select
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 
 import pytest
@@ -467,6 +471,137 @@ def test_the_check_takes_the_users_group(open_dir):
     assert user_may_read("nobody", str(model)) == "may not be read by nobody"
     os.chown(model, 0, pwd.getpwnam("nobody").pw_gid)
     assert user_may_read("nobody", str(model)) is None
+
+
+class ChildWatch:
+    """Stands between ``user_may_read`` and its child, as the service user would: ``os.fork`` is wrapped so
+    the test learns the child's pid, and ``os._exit`` (the child's only way out) first says so on a pipe,
+    then lingers ``linger`` seconds, the window in which the user acts. ``rescue`` SIGKILLs the child (as
+    root) after ``rescue_after`` seconds, so an unguarded parent ends the test instead of hanging it."""
+
+    def __init__(self, monkeypatch, linger, rescue_after=8.0):
+        self.real_fork = os.fork
+        self.real_exit = os._exit
+        self.pids = []
+        self.timers = []
+        self.read_end, self.write_end = os.pipe()
+        self.linger = linger
+        self.rescue_after = rescue_after
+        monkeypatch.setattr(os, "fork", self._fork)
+        monkeypatch.setattr(os, "_exit", self._exit)
+
+    def _fork(self):
+        pid = self.real_fork()
+        if pid:
+            self.pids.append(pid)
+            timer = threading.Timer(self.rescue_after, self._rescue, (pid,))
+            timer.daemon = True
+            timer.start()
+            self.timers.append(timer)
+        return pid
+
+    def _exit(self, code):
+        try:
+            os.write(self.write_end, b"x")
+            time.sleep(self.linger)
+        finally:
+            self.real_exit(code)
+
+    def close(self):
+        """No rescue left to fire at a pid the system may have given another process; a child not reaped
+        yet (still ours) is killed and reaped."""
+        for timer in self.timers:
+            timer.cancel()
+        for pid in self.pids:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # reaped by the code under test
+        os.close(self.read_end)
+        os.close(self.write_end)
+
+    @staticmethod
+    def _rescue(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def child_is_checking(self, timeout=5.0):
+        """Waits until the child has made its check (it is in os._exit)."""
+        ready, _w, _x = select.select([self.read_end], [], [], timeout)
+        assert ready, "the child never reached its check"
+
+    def signal_as(self, user, sig):
+        """``kill(child, sig)`` from a process that is ``user`` and nothing more; the errno it met, or 0."""
+        entry = pwd.getpwnam(user)
+        pid = self.real_fork()
+        if pid == 0:
+            code = 99
+            try:
+                os.setgroups([])
+                os.setresgid(entry.pw_gid, entry.pw_gid, entry.pw_gid)
+                os.setresuid(entry.pw_uid, entry.pw_uid, entry.pw_uid)
+                try:
+                    os.kill(self.pids[-1], sig)
+                    code = 0
+                except OSError as exc:
+                    code = exc.errno
+            finally:
+                self.real_exit(code)
+        _pid, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+
+@pytest.fixture
+def child_watch(monkeypatch):
+    made = []
+
+    def make(**kwargs):
+        made.append(ChildWatch(monkeypatch, **kwargs))
+        return made[-1]
+
+    yield make
+    for watch in made:
+        watch.close()
+
+
+@as_root
+def test_the_service_user_cannot_stop_the_check(open_dir, child_watch):
+    """Issue 44, item 2: the child that asks as the service user is not the user's to signal. The user
+    SIGSTOPs it while it checks: the kernel refuses (EPERM), and the answer comes as the check left it,
+    well before the rescue the test keeps for a parent that would wait for a stopped child forever."""
+    model = private_model(open_dir, 0o755)
+    watch = child_watch(linger=0.5)
+    answer = {}
+
+    def ask():
+        answer["said"] = user_may_read("nobody", str(model))
+
+    started = time.monotonic()
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    watch.child_is_checking()
+    assert watch.signal_as("nobody", signal.SIGSTOP) == errno.EPERM
+    asker.join(15)
+    assert time.monotonic() - started < 4, "the check waited for a child the user had stopped"
+    assert answer == {"said": None}
+
+
+@as_root
+def test_a_check_that_does_not_answer_is_killed_at_its_deadline(open_dir, child_watch):
+    """A child that does not come back (the path on a mount that hangs, say) is SIGKILLed at the deadline
+    and the answer says it could not be checked, in time; the child is gone, not left behind."""
+    model = private_model(open_dir, 0o755)
+    watch = child_watch(linger=60, rescue_after=20)
+    started = time.monotonic()
+    said = user_may_read("nobody", str(model), timeout=1)
+    assert time.monotonic() - started < 4
+    assert said == "cannot be checked as nobody: no answer within 1 s (the check was killed)"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(watch.pids[-1], os.WNOHANG)
 
 
 def test_a_model_path_for_a_user_that_does_not_exist(node):

@@ -4,7 +4,8 @@
 """The engine_cache role's devpi-server, as filters: what is wrong with the variables of
 devpi-server's part of the role (``engine_cache_problems``), and the words of devpi-server's unit as
 systemd reads them back (``engine_cache_unit_words``). The hub mirror's part: ``engine_cache_hub_mirror.py``
-(its variables) and ``engine_cache_nginx.py`` (its nginx configuration).
+(its variables) and ``engine_cache_nginx.py`` (the values of its nginx configuration, whose text is the
+role's templates/hub-mirror*.conf.j2).
 
 Tests: tests/unit/plugins/filter/test_cache_filter.py and test_cache_unit_systemd.py. Documentation: one
 ``<filter>.yml`` per filter beside this file.

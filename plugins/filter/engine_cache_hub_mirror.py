@@ -5,7 +5,7 @@
 is wrong with them (``engine_cache_hub_mirror_problems``), and the mirror's default clients from the
 inventory (``engine_cache_hub_mirror_fleet_clients``, with the names the cache host must look up:
 ``engine_cache_hub_mirror_unresolved``). nginx's configuration rendered from the values these checks let
-through: ``engine_cache_nginx.py``.
+through: ``engine_cache_nginx.py`` (the values) and the role's templates/hub-mirror*.conf.j2 (the text).
 
 nginx's configuration is data: a value reaches it only when it is refused nothing - no control
 character (a newline ends the directive), no quote, ``;``, ``{``, ``}``, ``#``, ``\\``, ``$``

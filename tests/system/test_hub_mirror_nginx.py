@@ -1,6 +1,7 @@
 """The engine_cache role's hub mirror: a real nginx (Debian's nginx-light) with the configuration
 ``engine_cache_hub_mirror_conf`` renders and the token file of ``engine_cache_hub_mirror_token_conf``
-(plugins/filter/engine_cache_nginx.py), before the fake hub of the fake upstream (tests/upstream/hub.py).
+(plugins/filter/engine_cache_nginx.py: the role's templates/hub-mirror*.conf.j2), before the fake hub of the
+fake upstream (tests/upstream/hub.py).
 
 nginx runs as a subprocess of the test (``daemon off``, on 127.0.0.1, a free port, temporary
 directories), stopped by its PID. As root it runs as the role's unit runs it: the master process as
@@ -409,14 +410,18 @@ def test_the_model_api_is_passed_through_not_cached(mirror, upstream):
 
 
 def test_the_role_writes_what_this_test_runs():
-    """The role's tasks render the token file and the configuration with these filters, the token
-    never shown, the configuration checked by nginx before it replaces the old one."""
+    """The role's tasks render the token file and the configuration from the templates these filters render
+    (with the values the same filters check), the token never shown, the configuration checked by nginx
+    before it replaces the old one."""
     tasks = _role_tasks()
     token = tasks["Write the hub mirror's token file"]
-    assert "engine_cache_hub_mirror_token_conf" in token["ansible.builtin.copy"]["content"]
-    assert token["no_log"] is True and token["diff"] is False and token["ansible.builtin.copy"]["mode"] == "0600"
-    conf = tasks["Write the hub mirror's nginx configuration"]["ansible.builtin.copy"]
-    assert "engine_cache_hub_mirror_conf" in conf["content"] and "engine_cache_hub_mirror_token" not in conf["content"]
+    assert token["ansible.builtin.template"]["src"] == "hub-mirror-token.conf.j2"
+    assert "engine_cache_hub_mirror_token_values" in token["vars"]["__engine_cache_hub_token_values"]
+    assert token["no_log"] is True and token["diff"] is False and token["ansible.builtin.template"]["mode"] == "0600"
+    task = tasks["Write the hub mirror's nginx configuration"]
+    conf, values = task["ansible.builtin.template"], task["vars"]["__engine_cache_hub_conf_values"]
+    assert conf["src"] == "hub-mirror.conf.j2"
+    assert "engine_cache_hub_mirror_conf_values" in values and "engine_cache_hub_mirror_token" not in values
     assert conf["validate"] == "/usr/sbin/nginx -t -q -c %s"
     unit = tasks["Write the unit of the hub mirror"]["ansible.builtin.copy"]["content"]
     assert "ExecStart=/usr/sbin/nginx -c {{ __engine_cache_hub_etc }}/hub-mirror.conf -g 'daemon off;'" in unit

@@ -5,6 +5,10 @@ comment, a string or a variable is refused with its variable's name and value (t
 what is rendered is pinned directive by directive, and a real nginx (``nginx -t``, Debian's nginx-light,
 which CI installs) accepts it for the defaults and for odd but valid values, with a temporary prefix and
 directory (no root-only path). What it does with traffic: tests/system/test_hub_mirror_nginx.py.
+
+``conf`` and ``token_conf`` render the role's templates (roles/engine_cache/templates/hub-mirror*.conf.j2) with
+the values the filters let through; tests/unit/roles/test_hub_mirror_template.py holds them to the bytes the
+role's own task renders through Ansible.
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ INJECT = ("no control character (newline, carriage return, tab, NUL), whitespace
 
 
 def test_filters_are_registered():
-    assert sorted(F) == ["engine_cache_hub_mirror_conf", "engine_cache_hub_mirror_fleet_clients",
-                         "engine_cache_hub_mirror_problems", "engine_cache_hub_mirror_purge_files",
-                         "engine_cache_hub_mirror_token_conf", "engine_cache_hub_mirror_unresolved"]
+    assert sorted(F) == ["engine_cache_hub_mirror_conf", "engine_cache_hub_mirror_conf_values",
+                         "engine_cache_hub_mirror_fleet_clients", "engine_cache_hub_mirror_problems",
+                         "engine_cache_hub_mirror_purge_files", "engine_cache_hub_mirror_token_conf",
+                         "engine_cache_hub_mirror_token_values", "engine_cache_hub_mirror_unresolved"]
 
 
 def test_filter_defaults_are_the_role_defaults():
@@ -276,6 +281,13 @@ def test_token_conf():
     assert text.endswith("\n")
 
 
+def test_the_token_is_checked_never_a_value_of_the_world_readable_configuration():
+    values = F["engine_cache_hub_mirror_conf_values"](dict(BASE, token=TOKEN))
+    assert TOKEN not in repr(values) and TOKEN not in conf(dict(BASE, token=TOKEN))
+    assert F["engine_cache_hub_mirror_token_values"](TOKEN) == {"token": TOKEN}
+    assert F["engine_cache_hub_mirror_token_values"]("") == {"token": ""}
+
+
 # -- refusals -----------------------------------------------------------------------------------------
 
 NASTY = ["a\nb", "a;b", "a{", "}", 'a"b', "a'b", "a b", "a\tb", "x\x00", "$host", "a#b", "a\\b", "\x7f", "a\rb",
@@ -302,15 +314,19 @@ def test_injection_is_refused_naming_variable_and_value(key, nasty):
     params = dict(BASE, **{key: [value] if key == "resolver" else value})
     expected = "%s is %s, allowed: %s" % (VARIABLES[key], json.dumps(value), INJECT)
     assert problems(params) == [expected]
-    with pytest.raises(AnsibleFilterError) as err:
-        conf(params)
-    assert str(err.value) == "engine_cache_hub_mirror_conf: " + expected
+    # the role's task calls the values filter, the tests and the bench the text one: both refuse
+    for call in (conf, F["engine_cache_hub_mirror_conf_values"]):
+        with pytest.raises(AnsibleFilterError) as err:
+            call(params)
+        assert str(err.value) == "engine_cache_hub_mirror_conf: " + expected
 
 
 @pytest.mark.parametrize("nasty", NASTY + ['hf_x" ; }', "hf_x\nserver {"], ids=repr)
 def test_an_injecting_token_is_refused_without_showing_it(nasty):
     token = TOKEN + nasty
-    for call in (lambda: conf(dict(BASE, token=token)), lambda: token_conf(token)):
+    for call in (lambda: conf(dict(BASE, token=token)), lambda: token_conf(token),
+                 lambda: F["engine_cache_hub_mirror_conf_values"](dict(BASE, token=token)),
+                 lambda: F["engine_cache_hub_mirror_token_values"](token)):
         with pytest.raises(AnsibleFilterError) as err:
             call()
         assert "variable engine_cache_hub_mirror_token" in str(err.value)

@@ -72,7 +72,7 @@ options:
         O(download_url)); over plain C(http://) only to this host's loopback, unless
         O(allow_plain_http_token) is set.
       - When not set, the controller's environment variable E(GITHUB_TOKEN) is used, if set, but only when
-        O(api_url) is GitHub's own API (C(https://api.github.com)): the environment's token is a
+        O(api_url) is GitHub's own API (C(https://api.github.com)). The environment's token is a
         github.com token, and a mirror, a GitHub Enterprise Server or any other O(api_url) gets a token
         only when O(token) gives it.
     type: str

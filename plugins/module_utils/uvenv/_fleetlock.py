@@ -40,7 +40,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import owner_name, trusted_uids, untrusted_component
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
-    check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
+    check_credential_transport, check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
     index_credentials, no_wheel, normalize_sha256, omitted_packages, param_secrets, parse_uv_version, requirement_lines)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
     flashinfer_version, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines, kernel_problems,
@@ -109,6 +109,8 @@ class FleetLock:
             raise OptionError("dest %s is a directory; give the lock file's path (for example %s)"
                               % (self.dest, os.path.join(self.dest, "vllm.txt")))
         exclude_newer_package_args(p.get("exclude_newer_package"))
+        # before uv runs (even its --version, whose environment holds the credentials)
+        check_credential_transport(p)
         self.omit = omitted_packages(p["engine"], p.get("omit_packages"))
         self.kernels = kernels_wanted(p)
         check_requirement_inputs(p["engine"], p["version"], p.get("requirements"), p.get("wheel"), where=(

@@ -56,7 +56,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock 
     PathLock, busy_message, holder_text)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress import ProgressFile, utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
-    check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
+    check_credential_transport, check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
     omitted_packages, param_secrets, parse_uv_version, python_find_argv, python_install_argv, requirement_lines,
     resolve_command, uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
@@ -253,6 +253,8 @@ class EngineEnv:
         check_requirement_inputs(self.p["engine"], self.p["version"], self.p.get("requirements"), self.p.get("wheel"),
                                  where=("the caller: in the engine_node role, the wheel URL is the fleet cache's listing "
                                         "(devpi_wheel) or GitHub's release assets (github_digest), an upstream's word"))
+        # before uv runs: an index's credentials over plain http only to the loopback, unless allowed
+        check_credential_transport(self.p)
         self.omit = omitted_packages(self.p["engine"], self.p.get("omit_packages"))
         self.kernels = kernels_wanted(self.p)
         if self.p.get("lock") is not None:

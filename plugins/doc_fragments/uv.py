@@ -96,6 +96,24 @@ options:
       - A kernel package that cannot be resolved at C(V) fails the task, naming the package, the version and the
         index; nothing is written or switched.
     type: str
+  engine_file:
+    description:
+      - The one file of the engine's release the lock may pin, for nodes that no file published with the release
+        fits (a wheel for their architecture added to the release later). The caller lifts the engine's cut-off to
+        that file's (O(exclude_newer_package)); uv then pins every file of the version it sees, and the engine's
+        line keeps only this file's hash, so that C(--require-hashes) installs it alone. A lock without that hash
+        fails the task, naming both; a lock given as text must pin it alone. The task warns, naming the file.
+      - The C(engine_node) role gives it only when no on-time file fits the node. Not with O(wheel).
+    type: dict
+    suboptions:
+      filename:
+        description: The file's name, for the warning and the messages.
+        type: str
+        required: true
+      sha256:
+        description: Its sha256 as the index lists it (64 hex digits, optionally C(sha256:) in front).
+        type: str
+        required: true
   allow_plain_http_password:
     description:
       - Let uv send the credentials in O(index_url), O(extra_index_url) or O(kernels_index_url) (and, for

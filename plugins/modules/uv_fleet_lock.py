@@ -236,6 +236,8 @@ def main():
         module.fail_json(**redact(dict(exc.details, msg=exc.msg, path=flow.dest), secrets))
     except OSError as exc:
         module.fail_json(msg="uv_fleet_lock at %s: %s" % (flow.dest, exc), path=flow.dest)
+    for warning in flow.warnings:
+        module.warn(warning)
     module.exit_json(**redact(result, secrets))
 
 

@@ -23,6 +23,7 @@ LATE = "vllm-0.20.0-cp38-abi3-manylinux_2_28_aarch64.whl"
 LATE_TIME = "2026-09-01T12:00:00Z"  # after llmfleet-fakedep 2.0.0 (2026-07-01), which vllm>=1.0 would take
 FIRST_CUTOFF = "2026-06-11T12:00:00Z"  # the x86_64 wheel's upload (2026-06-10T12:00:00Z) + 24 h
 LIFT = filter_plugin("engine_node_lock").FilterModule().filters()["engine_node_exclude_newer_package"]
+ENGINE_FILE = filter_plugin("engine_node_lock").FilterModule().filters()["engine_node_engine_file"]
 
 
 def published(tmp_path, upstream):
@@ -52,20 +53,30 @@ def test_a_late_aarch64_wheel_keeps_the_cut_off_and_still_installs(upstream, tmp
     # the cut-off has not moved; the late file is listed and named
     assert (release["published"], release["exclude_newer"], release["last_upload"]) == (
         "2026-06-10T12:00:00Z", FIRST_CUTOFF, LATE_TIME)
-    assert release["late_files"] == [{"filename": LATE, "upload_time": LATE_TIME, "exclude_newer": "2026-09-02T12:00:00Z"}]
+    late_sha = [f["sha256"] for f in release["files"] if f["filename"] == LATE][0]
+    assert release["late_files"] == [{"filename": LATE, "upload_time": LATE_TIME, "exclude_newer": "2026-09-02T12:00:00Z",
+                                      "sha256": late_sha}]
     [warning] = warnings_of(release)
     assert "%s (%s)" % (LATE, LATE_TIME) in warning and "after the cut-off " + FIRST_CUTOFF in warning, warning
 
     job = {"version": "0.20.0", "build": "cu13", "source": {"origin": "pypi"}}
     arm_lift, x86_lift = LIFT(dict(job, arch="aarch64"), release), LIFT(dict(job, arch="x86_64"), release)
     assert (arm_lift, x86_lift) == ({"vllm": "2026-09-02T12:00:00Z"}, {})
+    # the aarch64 node has no on-time file: its lock pins the late one alone (issue 44, finding 15)
+    arm_file = ENGINE_FILE(dict(job, arch="aarch64"), release)
+    assert arm_file == {"filename": LATE, "sha256": late_sha}
+    assert ENGINE_FILE(dict(job, arch="x86_64"), release) == {}
 
     # the aarch64 node's lock: its own wheel, and the dependencies as of the first upload
     arm = run_fleet_lock(tmp_path, fleet_args(upstream, tmp_path, "aarch64-manylinux_2_28", exclude_newer=release["exclude_newer"],
-                                              exclude_newer_package=arm_lift))
+                                              exclude_newer_package=arm_lift, engine_file=arm_file))
     assert arm.get("failed") is not True, arm.get("msg")
     assert arm["packages"] == {"llmfleet-fakedep": "1.1.0", "torch": "2.11.0", "vllm": "0.20.0"}
-    assert list(pylock_wheels(arm["pylock_path"])) == [LATE]
+    assert pylock_wheels(arm["pylock_path"]) == {LATE: late_sha}
+    lock_text = open(arm["path"]).read()
+    engine_block = lock_text[lock_text.index("vllm==0.20.0"):]
+    assert engine_block.count("--hash=") == 1 and "--hash=sha256:" + late_sha in engine_block
+    assert any(LATE in w for w in warnings_of(arm)), warnings_of(arm)
     assert arm["cmd"][arm["cmd"].index("--exclude-newer-package") + 1] == "vllm=2026-09-02T12:00:00Z"
     # the x86_64 node's: the same dependencies, nothing lifted
     x86 = run_fleet_lock(tmp_path, fleet_args(upstream, tmp_path, "x86_64-manylinux_2_28", exclude_newer=release["exclude_newer"]))

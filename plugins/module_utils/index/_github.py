@@ -11,13 +11,15 @@ An asset with neither is refused: this collection installs nothing unpinned.
 from __future__ import annotations
 
 import difflib
+import os
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
     HttpStatusError,
     NotFoundError,
     RateLimitError,
+    origin,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 
@@ -62,6 +64,26 @@ class AmbiguousAssetError(GithubError):
 
 class UnpinnedAssetError(GithubError):
     """An asset with no sha256 digest and no line in any checksum file of the release."""
+
+
+def is_github_api(api_url):
+    """Whether ``api_url`` is GitHub's own REST API (:data:`DEFAULT_API_URL`, a trailing ``/`` aside)."""
+    try:
+        path = urlsplit(api_url or "").path
+    except ValueError:
+        return False
+    return origin(api_url) == origin(DEFAULT_API_URL) and path.strip("/") == ""
+
+
+def api_token(api_url, token=None, environ=None):
+    """The token sent to ``api_url``: ``token`` when given; else the environment's ``GITHUB_TOKEN``, but
+    only for GitHub's own API. The controller's token is GitHub's: a mirror or an Enterprise Server at
+    another URL (or a look-alike the inventory names) gets a token only when it is given explicitly."""
+    if token:
+        return token
+    if not is_github_api(api_url):
+        return None
+    return (os.environ if environ is None else environ).get("GITHUB_TOKEN") or None
 
 
 def compile_pattern(pattern, what):

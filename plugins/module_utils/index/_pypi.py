@@ -503,8 +503,10 @@ def lookup(client, project, version, index_url=None, simple_url=None, margin_hou
     found["published"] = format_time(published)
     found["last_upload"] = format_time(found.pop("last_upload"))
     found["exclude_newer"] = format_time(cutoff)
+    listed = dict((f["filename"], f.get("sha256")) for f in found["files"])
     found["late_files"] = [
-        {"filename": name, "upload_time": format_time(stamp), "exclude_newer": format_time(stamp + margin)}
+        {"filename": name, "upload_time": format_time(stamp), "exclude_newer": format_time(stamp + margin),
+         "sha256": listed.get(name)}
         for name, stamp in sorted(stamps.items(), key=lambda item: (item[1], item[0])) if stamp > cutoff]
     return found
 
@@ -516,8 +518,8 @@ def late_files_warning(project, version, found):
         return None
     return ("%s %s: %d of its %d files were uploaded after the cut-off %s (the first upload, %s, plus the margin): "
             "%s. Dependencies still resolve as of %s, whenever a node is built; uv sees a late file only through "
-            "--exclude-newer-package %s=<its exclude_newer in late_files> (the engine_node role gives it for the "
-            "engine's wheels of the node's architecture)"
+            "--exclude-newer-package %s=<its exclude_newer in late_files> (the engine_node role gives it only for a "
+            "node that no file uploaded in time fits, for one late wheel, which its lock then pins alone)"
             % (project, version, len(late), len(found.get("files") or []), found["exclude_newer"], found["published"],
                ", ".join("%s (%s)" % (f["filename"], f["upload_time"]) for f in late), found["exclude_newer"],
                normalize_name(project)))
@@ -541,14 +543,55 @@ def wheel_machines(filename):
     return machines
 
 
-def own_exclude_newer(found, machine):
-    """The cut-off a node of ``machine`` (``x86_64``, ``aarch64``) needs for the release's own files:
-    the latest ``exclude_newer`` of the late wheels it can install (its machine's, or pure ``any``
-    wheels), for ``--exclude-newer-package <project>=<it>``; None when none of them is late (the
-    release's cut-off already lets uv see them). Source archives are not counted: nothing is built
-    from source."""
-    times = [f["exclude_newer"] for f in found.get("late_files") or []
-             if wheel_machines(f["filename"]) & {machine, "any"}]
-    if not times:
+def wheel_fits(filename, machine):
+    """Whether a node of ``machine`` can install the wheel ``filename``: one of its machine or a pure
+    ``any`` one (a source archive never: nothing is built from source)."""
+    return bool(wheel_machines(filename) & {machine, "any"})
+
+
+def own_late_file(found, machine):
+    """The one late file a node of ``machine`` needs, or None.
+
+    None when a file uploaded within the release's cut-off fits the node (it installs that one; a wheel
+    added to the release later, a build-tagged rebuild say, must not replace it), or when no late file
+    fits. Otherwise the earliest late wheel that fits (``{"filename", "upload_time", "exclude_newer",
+    "sha256"}``, the sha256 as the index lists it, or None): the cut-off is lifted for it alone
+    (:func:`own_exclude_newer`) and the lock pins that file (``engine_file`` of the uv modules)."""
+    late = found.get("late_files") or []
+    late_names = set(f.get("filename") for f in late)
+    on_time = [f for f in found.get("files") or [] if f.get("filename") not in late_names]
+    if any(wheel_fits(f.get("filename") or "", machine) for f in on_time):
         return None
-    return format_time(max(parse_time(t) for t in times))
+    fitting = [f for f in late if wheel_fits(f.get("filename") or "", machine)]
+    if not fitting:
+        return None
+    never = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
+    chosen = min(fitting, key=lambda f: (parse_time(f.get("upload_time") or f.get("exclude_newer")) or never,
+                                         f["filename"]))
+    sha256 = chosen.get("sha256")
+    for listed in found.get("files") or []:
+        if listed.get("filename") == chosen["filename"] and listed.get("sha256"):
+            sha256 = listed["sha256"]
+    return {"filename": chosen["filename"], "upload_time": chosen.get("upload_time"),
+            "exclude_newer": chosen["exclude_newer"], "sha256": sha256}
+
+
+def own_exclude_newer(found, machine):
+    """The cut-off a node of ``machine`` (``x86_64``, ``aarch64``) needs for the release's own files, for
+    ``--exclude-newer-package <project>=<it>``: the ``exclude_newer`` of :func:`own_late_file`, the one
+    late wheel it needs when no file uploaded in time fits it; None otherwise (the release's cut-off
+    already gives it a file)."""
+    chosen = own_late_file(found, machine)
+    if not chosen:
+        return None
+    stamp = parse_time(chosen["exclude_newer"])
+    return format_time(stamp) if stamp else chosen["exclude_newer"]
+
+
+def late_file_warning(project, version, chosen, machine):
+    """The warning of a node whose engine comes from a file uploaded after the release's cut-off."""
+    return ("%s %s: no file uploaded within the release's cut-off fits a %s node, so its engine is %s, uploaded "
+            "later (%s): the engine's cut-off is lifted to %s for it, and the lock pins that file alone. A file "
+            "added to an old release is not what was published with it; check that it is the project's own"
+            % (project, version, machine, chosen["filename"], chosen.get("upload_time") or "after the cut-off",
+               chosen["exclude_newer"]))

@@ -86,6 +86,9 @@ def wanted_spec(params, uv_version):
             spec["omit_packages"] = omit
         if kernels:
             spec["kernels"] = kernels
+        if params.get("engine_file"):
+            spec["engine_file"] = {"filename": params["engine_file"]["filename"],
+                                   "sha256": normalize_sha256(params["engine_file"]["sha256"])}
     return spec
 
 

@@ -43,14 +43,15 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc impo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
     owner_name, resolve_program, trusted_uids, untrusted_component, untrusted_content)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
-    check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
+    check_credential_transport, check_requirement_inputs, check_wheel_credentials, exclude_newer_package_args, fleet_compile_argv, fleet_environ, index_args,
     index_credentials, no_wheel, normalize_sha256, omitted_packages, param_secrets, parse_uv_version, requirement_lines)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
     flashinfer_version, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines, kernel_problems,
     kernels_wanted)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
-    check_engine, check_expect, check_omitted, lock_text_problems, lock_versions, parse_lock, text_sha256)
+    check_engine, check_engine_file, check_expect, check_omitted, engine_file_problems, engine_file_warning,
+    lock_text_problems, lock_versions, parse_lock, pin_engine_file, text_sha256)
 
 STATE_FORMAT = 1
 _PYTHON_VERSION = re.compile(r"3\.[0-9]+(?:\.[0-9]+)?")
@@ -94,6 +95,8 @@ class FleetLock:
         self.cmd = None
         self.omit = []
         self.kernels = None
+        # what the module warns (engine_file: the engine pinned to one late file)
+        self.warnings = []
         # who may own what decides the lock (_trust): root, and the user running the module
         self.trusted = trusted_uids() if trusted is None else frozenset(trusted)
 
@@ -115,6 +118,8 @@ class FleetLock:
             raise OptionError("dest %s is a directory; give the lock file's path (for example %s)"
                               % (self.dest, os.path.join(self.dest, "vllm.txt")))
         exclude_newer_package_args(p.get("exclude_newer_package"))
+        # before uv runs (even its --version, whose environment holds the credentials)
+        check_credential_transport(p)
         self.omit = omitted_packages(p["engine"], p.get("omit_packages"))
         self.kernels = kernels_wanted(p)
         check_requirement_inputs(p["engine"], p["version"], p.get("requirements"), p.get("wheel"), where=(
@@ -123,6 +128,7 @@ class FleetLock:
         if p.get("wheel"):
             normalize_sha256(p["wheel"]["sha256"])
             check_wheel_credentials(p["wheel"]["url"], p.get("index_url"), p.get("extra_index_url"))
+        check_engine_file(p.get("engine_file"), p.get("wheel"))
 
     def places(self):
         """``(option, path, what)`` of everything that decides the lock or runs: refused when another
@@ -208,6 +214,9 @@ class FleetLock:
             inputs["omit_packages"] = list(self.omit)
         if self.kernels:
             inputs["kernels"] = dict(self.kernels)
+        if p.get("engine_file"):
+            inputs["engine_file"] = {"filename": p["engine_file"]["filename"],
+                                     "sha256": normalize_sha256(p["engine_file"]["sha256"])}
         return inputs
 
     def recorded(self):
@@ -248,6 +257,7 @@ class FleetLock:
             wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
         problems += check_expect(entries, self.p.get("expect"))
         problems += check_omitted(entries, self.omit)
+        problems += engine_file_problems(entries, self.p["engine"], self.p.get("engine_file"))
         if problems:
             raise LockMismatch("the lock compiled for %s is not what was asked: %s. %s"
                                % (self.label(), "; ".join(problems), after),
@@ -292,8 +302,21 @@ class FleetLock:
 
     # -- the flow ----------------------------------------------------------------------------
 
+    def _read_pinned(self, path):
+        """The lock uv wrote at ``path``, the engine's hashes cut to ``engine_file``'s (``pin_engine_file``),
+        written back for the pylock's compile, which reads it."""
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        pinned = pin_engine_file(text, self.p["engine"], self.p.get("engine_file"))
+        if pinned != text:
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(pinned)
+        return pinned
+
     def present(self):
         self.validate()
+        if self.p.get("engine_file"):
+            self.warnings.append(engine_file_warning(self.p["engine"], self.p["version"], self.p["engine_file"]))
         # before uv runs at all, and before the lock or its record is read
         self.check_privilege_line()
         wanted = self.inputs(self.uv_version())
@@ -331,8 +354,7 @@ class FleetLock:
             argv = self._argv(tmp)
             self._compile(argv, "\n".join(reqs), deadline, "resolving %s for %s as of %s" % (
                 ", ".join(reqs), self.p["python_platform"], self.p["exclude_newer"]))
-            with open(tmp, encoding="utf-8") as handle:
-                text = handle.read()
+            text = self._read_pinned(tmp)
             entries = self.check(text, "Nothing was written to %s." % self.dest)
             version = flashinfer_version(entries) if self.kernels else None
             if version:
@@ -342,8 +364,7 @@ class FleetLock:
                               "resolving FlashInfer's kernels for flashinfer-python %s" % version,
                               failure=lambda out: kernel_failure(out, version, self.kernels["label"],
                                                                  self.p["kernels_index_url"]))
-                with open(tmp, encoding="utf-8") as handle:
-                    text = handle.read()
+                text = self._read_pinned(tmp)
                 second = self.check(text, "Nothing was written to %s." % self.dest)
                 problems = kernel_problems(entries, second, version, self.kernels["label"])
                 if problems:

@@ -14,6 +14,7 @@ import re
 from urllib.parse import urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import OptionError
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import plain_http_credential_problem
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import (
     CONTROL_CHARS, EXPANDS_WHY, percent_decoded, split_userinfo, strip_userinfo, url_secrets, url_text_problem)
 
@@ -164,6 +165,41 @@ def index_credentials(index_url=None, extra_index_url=None):
         if password:
             env[_env_name(name) + "_PASSWORD"] = password
     return env
+
+
+# The option that lets uv send an index's credentials over plain http to a host that is not this
+# host's loopback, and the engine_node role's variable that sets it (for the refusal's words).
+ALLOW_PLAIN_HTTP = "allow_plain_http_password"
+ALLOW_PLAIN_HTTP_ROLE = "engine_node_index_allow_plain_http"
+
+
+def credential_urls(params):
+    """``(option, url)`` of each URL option whose userinfo uv sends (as Basic credentials): the
+    indexes, FlashInfer's index and, for uv_engine_env, the Python downloads' mirror."""
+    found = [("index_url", params.get("index_url"))]
+    found += [("extra_index_url[%d]" % number, url) for number, url in enumerate(params.get("extra_index_url") or [])]
+    found += [("kernels_index_url", params.get("kernels_index_url")),
+              ("python_install_mirror", params.get("python_install_mirror"))]
+    return [(option, url) for option, url in found if url]
+
+
+def check_credential_transport(params):
+    """Refuse (OptionError) an option's URL whose credentials uv would send over plain ``http`` to a
+    host that is not this host's loopback, unless ``allow_plain_http_password``: the collection's
+    one policy (``_http.plain_http_credential_problem``, its own HTTP client's), checked before uv
+    runs at all (it gets the credentials in its environment), in check mode too. A ``wheel.url``
+    with credentials must carry an index's on the same origin (``check_wheel_credentials``), so the
+    index's check covers it."""
+    if params.get(ALLOW_PLAIN_HTTP):
+        return
+    for option, url in credential_urls(params):
+        _clean, user, password = split_userinfo(url)
+        if not (user or password):
+            continue
+        problem = plain_http_credential_problem(url, "the credentials in %s" % option, ALLOW_PLAIN_HTTP)
+        if problem:
+            raise OptionError("%s (the engine_node role: %s=true). Nothing was done."
+                              % (problem, ALLOW_PLAIN_HTTP_ROLE), option=option, url=strip_userinfo(url))
 
 
 def _realm(url):

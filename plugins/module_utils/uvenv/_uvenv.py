@@ -55,14 +55,14 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._pathlock 
     PathLock, busy_message, holder_text)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._progress import ProgressFile, utc_now
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import (
-    check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
+    check_credential_transport, check_requirement_inputs, check_wheel_credentials, compile_argv, index_args, index_credentials, install_argv, no_wheel,
     omitted_packages, param_secrets, parse_uv_version, python_find_argv, python_install_argv, requirement_lines,
     resolve_command, uv_environ, venv_argv, verify_argv)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
-    check_engine, check_expect, check_omitted, lock_text_problems, lock_versions, normalize_name, parse_lock,
-    text_sha256, versions_match)
+    check_engine, check_engine_file, check_expect, check_omitted, engine_file_problems, engine_file_warning,
+    lock_text_problems, lock_versions, normalize_name, parse_lock, pin_engine_file, text_sha256, versions_match)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
     JIT_CACHE, flashinfer_version, given_lock_problems, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines,
     kernel_problems, kernels_wanted)
@@ -255,6 +255,11 @@ class EngineEnv:
         check_requirement_inputs(self.p["engine"], self.p["version"], self.p.get("requirements"), self.p.get("wheel"),
                                  where=("the caller: in the engine_node role, the wheel URL is the fleet cache's listing "
                                         "(devpi_wheel) or GitHub's release assets (github_digest), an upstream's word"))
+        # before uv runs: an index's credentials over plain http only to the loopback, unless allowed
+        check_credential_transport(self.p)
+        check_engine_file(self.p.get("engine_file"), self.p.get("wheel"))
+        if self.p.get("engine_file"):
+            self.warnings.append(engine_file_warning(self.p["engine"], self.p["version"], self.p["engine_file"]))
         self.omit = omitted_packages(self.p["engine"], self.p.get("omit_packages"))
         self.kernels = kernels_wanted(self.p)
         if self.p.get("lock") is not None:
@@ -350,6 +355,7 @@ class EngineEnv:
         wheel = p.get("wheel")
         problems = check_engine(entries, p["engine"], p["version"], dict(
             wheel, url=strip_userinfo(wheel["url"].split("#", 1)[0])) if wheel else None)
+        problems += engine_file_problems(entries, p["engine"], p.get("engine_file"))
         unmet = check_expect(entries, p.get("expect")) + check_omitted(entries, self.omit)
         if p.get("lock") is not None and self.kernels:
             unmet += given_lock_problems(entries, self.kernels["label"])
@@ -623,8 +629,7 @@ class EngineEnv:
                        ResolveFailed,
                        "resolving %s as of %s" % (", ".join(reqs), p["exclude_newer"]),
                        data="\n".join(reqs))
-                    with open(lock_file, encoding="utf-8") as handle:
-                        entries = parse_lock(handle.read())
+                    entries = parse_lock(self._read_pinned(lock_file))
                     version = flashinfer_version(entries) if self.kernels else None
                     if version:
                         entries = self._resolve_kernels(uv, python_bin, lock_file, header, reqs, entries, version)
@@ -713,8 +718,7 @@ class EngineEnv:
             exc.msg = "%s: %s" % (kernel_failure(exc.details.get("uv_output"), version, label, p["kernels_index_url"]),
                                   exc.msg)
             raise
-        with open(lock_file, encoding="utf-8") as handle:
-            second = parse_lock(handle.read())
+        second = parse_lock(self._read_pinned(lock_file))
         problems = kernel_problems(entries, second, version, label)
         if problems:
             raise LockMismatch("the lock for %s with FlashInfer's kernels is not what was asked: %s. Nothing was "
@@ -724,6 +728,17 @@ class EngineEnv:
         self._check_lock(second, "the lock for %s" % self._label(),
                          "Nothing was installed; the environment at %s is unchanged." % self.path)
         return second
+
+    def _read_pinned(self, lock_file):
+        """The lock uv wrote, the engine's hashes cut to ``engine_file``'s (``pin_engine_file``) and written
+        back: the install (``--require-hashes``) then takes that file alone."""
+        with open(lock_file, encoding="utf-8") as handle:
+            text = handle.read()
+        pinned = pin_engine_file(text, self.p["engine"], self.p.get("engine_file"))
+        if pinned != text:
+            with open(lock_file, "w", encoding="utf-8") as handle:
+                handle.write(pinned)
+        return pinned
 
     def _find_python(self, run, env, uv, remaining):
         """The interpreter the environment is made from, resolved before uv venv runs it: a path as

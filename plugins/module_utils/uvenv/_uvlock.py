@@ -14,6 +14,7 @@ import re
 from urllib.parse import unquote, urlsplit
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _pep440
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import OptionError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import percent_decoded, redact, url_text_problem
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvcmd import LINE_BREAKERS, normalize_sha256
 
@@ -193,6 +194,80 @@ def check_engine(packages, engine, version, wheel=None):
                 "downloaded is not the one published" % (", ".join(entry["hashes"]), entry["name"], sha)
             )
     return problems
+
+
+def engine_file_problems(packages, engine, engine_file):
+    """Problems with the engine's hashes against ``engine_file`` (``{"filename", "sha256"}``, the one
+    file of its release the nodes may install): the lock must pin that file's sha256 and no other."""
+    if not engine_file:
+        return []
+    entry = packages.get(normalize_name(engine))
+    if entry is None:
+        return []  # check_engine says so
+    wanted = "sha256:%s" % normalize_sha256(engine_file["sha256"])
+    got = [h.lower() for h in entry["hashes"]]
+    if got == [wanted]:
+        return []
+    if wanted not in got:
+        return ["the lock pins %s for %s, not %s (%s), the one file engine_file names"
+                % (", ".join(entry["hashes"]) or "no hash", entry["name"], engine_file["filename"], wanted)]
+    return ["the lock pins %d files of %s (%s); engine_file allows %s (%s) alone"
+            % (len(got), entry["name"], ", ".join(entry["hashes"]), engine_file["filename"], wanted)]
+
+
+def engine_file_warning(engine, version, engine_file):
+    """What the modules warn when ``engine_file`` pins the engine to one file."""
+    return ("%s %s: the lock pins %s (sha256 %s) alone, a file uploaded after the release's cut-off (engine_file): "
+            "no file published with the release fits these nodes. A file added to an old release is not what was "
+            "published with it; check that it is the project's own"
+            % (engine, version, engine_file["filename"], normalize_sha256(engine_file["sha256"])))
+
+
+def check_engine_file(engine_file, wheel=None):
+    """Refuse (OptionError) an ``engine_file`` that cannot pin: a sha256 that is not 64 hex digits, or
+    one given with ``wheel`` (a wheel URL is pinned by its own sha256)."""
+    if not engine_file:
+        return
+    if wheel:
+        raise OptionError("engine_file and wheel go apart: the wheel is pinned by wheel.sha256 already "
+                          "(got engine_file %r). Nothing was done." % (engine_file.get("filename"),))
+    text = str(engine_file.get("sha256") or "").strip().lower()
+    if not re.fullmatch(r"(sha256:)?[0-9a-f]{64}", text):
+        raise OptionError("engine_file.sha256 must be the sha256 of %s, 64 hex digits, got %r. Nothing was done."
+                          % (engine_file.get("filename"), engine_file.get("sha256")))
+
+
+def pin_engine_file(text, engine, engine_file):
+    """``text`` (a compiled lock) with the engine's ``--hash`` lines cut to the one of ``engine_file``:
+    uv's ``--generate-hashes`` pins every file of the version it can see (a wheel added to the release
+    later too); an install with ``--require-hashes`` then takes only that file. The engine's other lines
+    (its comments) are kept. Unchanged when the engine's entry does not list that hash
+    (``engine_file_problems`` says why)."""
+    if not engine_file:
+        return text
+    wanted = "sha256:%s" % normalize_sha256(engine_file["sha256"])
+    lines = text.splitlines(True)
+    out = []
+    in_engine = False
+    found = False
+    for raw in lines:
+        stripped = raw.strip()
+        if raw and not raw[0].isspace():
+            in_engine = False
+            match = _PIN.match(stripped.rstrip("\\").strip())
+            if match and normalize_name(match.group("name")) == normalize_name(engine):
+                in_engine = True
+                # the requirement line continues onto the one hash kept
+                out.append(stripped.rstrip("\\").rstrip() + " \\\n")
+                continue
+        elif in_engine and stripped.startswith("--hash"):
+            value = stripped[len("--hash"):].lstrip("= ").rstrip("\\").strip()
+            if value.lower() == wanted:
+                found = True
+                out.append("    --hash=%s\n" % wanted)
+            continue
+        out.append(raw)
+    return "".join(out) if found else text
 
 
 # -- a lock given as text (the fleet's lock, compiled elsewhere) -----------------------------------

@@ -26,5 +26,11 @@ def uv_argument_spec():
         omit_packages=dict(type="list", elements="str", default=[]),
         kernels_index_url=dict(type="str"),
         kernels_label=dict(type="str"),
+        # the one file of the engine's release the lock may pin (a late upload the nodes need)
+        engine_file=dict(type="dict", options=dict(filename=dict(type="str", required=True),
+                                                   sha256=dict(type="str", required=True))),
+        # the credentials in those URLs over plain http to a host that is not the loopback (refused by default)
+        # a bool, not a secret: no_log=False says so (Ansible warns of any option named *password*)
+        allow_plain_http_password=dict(type="bool", default=False, no_log=False),
         uv=dict(type="path"),
     )

@@ -37,7 +37,8 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_cached_wheel", "engine_node_error", "engine_node_fleet_errors",
+    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_cached_wheel", "engine_node_engine_file", "engine_node_error",
+                               "engine_node_fleet_errors",
                                "engine_node_kernels", "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
                                "engine_report_drift", "engine_report_md_cell"]
     for name in FILTERS:

@@ -252,8 +252,9 @@ def test_margin_moves_exclude_newer(fake, margin, expected):
     # with no margin, the files uploaded 5 and 10 minutes after the first are late
     assert result["late_files"] == ([] if margin else [
         {"filename": "vllm-0.11.0-cp38-abi3-manylinux2014_aarch64.whl", "upload_time": "2025-10-02T20:05:00.123456Z",
-         "exclude_newer": "2025-10-02T20:05:00.123456Z"},
-        {"filename": "vllm-0.11.0.tar.gz", "upload_time": "2025-10-02T20:10:00Z", "exclude_newer": "2025-10-02T20:10:00Z"}])
+         "exclude_newer": "2025-10-02T20:05:00.123456Z", "sha256": "b" * 64},
+        {"filename": "vllm-0.11.0.tar.gz", "upload_time": "2025-10-02T20:10:00Z", "exclude_newer": "2025-10-02T20:10:00Z",
+         "sha256": "c" * 64}])
 
 
 def test_version_spelt_differently_is_found_in_project_json(fake):
@@ -499,11 +500,38 @@ def test_wheel_machines(filename, machines):
     assert _pypi.wheel_machines(filename) == machines
 
 
-def test_own_exclude_newer_takes_the_latest_late_wheel_of_the_machine():
-    found = {"late_files": [
-        {"filename": "vllm-1-cp38-abi3-manylinux_2_28_aarch64.whl", "exclude_newer": "2026-09-02T12:00:00Z"},
-        {"filename": "vllm-1-cp38-abi3-manylinux_2_31_aarch64.whl", "exclude_newer": "2026-09-03T12:00:00.5Z"},
-        {"filename": "vllm-1.tar.gz", "exclude_newer": "2026-12-01T00:00:00Z"}]}
-    assert _pypi.own_exclude_newer(found, "aarch64") == "2026-09-03T12:00:00.500000Z"
+def _release(on_time, late):
+    """pypi_published's answer: ``on_time`` [(filename, sha)], ``late`` [(filename, upload, cut-off, sha)]."""
+    files = [{"filename": name, "sha256": sha} for name, sha in on_time]
+    files += [{"filename": name, "sha256": sha} for name, _up, _cut, sha in late]
+    return {"exclude_newer": "2025-06-11T12:00:00Z", "files": sorted(files, key=lambda f: f["filename"]),
+            "late_files": [{"filename": name, "upload_time": up, "exclude_newer": cut, "sha256": sha}
+                           for name, up, cut, sha in late]}
+
+
+def test_an_on_time_wheel_that_fits_keeps_the_cut_off():
+    # issue 44, finding 15: a universal wheel on time and a build-tagged wheel a year later
+    found = _release([("eng-1.0-py3-none-any.whl", "a" * 64)],
+                     [("eng-1.0-1-cp312-cp312-manylinux_2_28_x86_64.whl", "2026-06-10T12:00:00Z",
+                       "2026-06-11T12:00:00Z", "b" * 64)])
+    for machine in ("x86_64", "aarch64"):
+        assert _pypi.own_late_file(found, machine) is None
+        assert _pypi.own_exclude_newer(found, machine) is None
+
+
+def test_only_a_late_file_fits_the_cut_off_is_lifted_to_it_alone():
+    found = _release([("eng-1.0-cp38-abi3-manylinux_2_28_x86_64.whl", "a" * 64), ("eng-1.0.tar.gz", "c" * 64)],
+                     [("eng-1.0-cp38-abi3-manylinux_2_28_aarch64.whl", "2026-09-01T12:00:00Z", "2026-09-02T12:00:00Z", "b" * 64),
+                      ("eng-1.0-1-cp38-abi3-manylinux_2_31_aarch64.whl", "2026-09-03T12:00:00.5Z",
+                       "2026-09-04T12:00:00.500000Z", "d" * 64),
+                      ("eng-1.0-py3-none-any.whl", "2026-12-01T00:00:00Z", "2026-12-02T00:00:00Z", "e" * 64)])
+    # the earliest late wheel of the machine: the later ones (a rebuild, a pure wheel) stay out
+    assert _pypi.own_late_file(found, "aarch64") == {
+        "filename": "eng-1.0-cp38-abi3-manylinux_2_28_aarch64.whl", "upload_time": "2026-09-01T12:00:00Z",
+        "exclude_newer": "2026-09-02T12:00:00Z", "sha256": "b" * 64}
+    assert _pypi.own_exclude_newer(found, "aarch64") == "2026-09-02T12:00:00Z"
+    # the x86_64 wheel came in time; the sdist fits no node (nothing is built from source)
     assert _pypi.own_exclude_newer(found, "x86_64") is None
+    warning = _pypi.late_file_warning("eng", "1.0", _pypi.own_late_file(found, "aarch64"), "aarch64")
+    assert "eng-1.0-cp38-abi3-manylinux_2_28_aarch64.whl" in warning and "2026-09-02T12:00:00Z" in warning
     assert _pypi.own_exclude_newer({}, "x86_64") is None

@@ -225,8 +225,10 @@ def test_credentials_reach_uv_only_through_its_environment(tmp_path, uv_bin):
     wheel_url = WHEEL_URL.replace("http://", "http://alice:%s@" % SECRET)
     # the wheel's host has an index with the same credentials (uv sends them for the wheel too)
     gh_index = "http://alice:%s@gh.test/simple" % SECRET
+    # the fake indexes' names are no loopback: plain http with credentials allowed (the refusal is
+    # test_uv_plain_http_index's)
     params = dict(index_url=MIRROR, extra_index_url=[TORCH_MIRROR, gh_index], index_strategy="unsafe-best-match",
-                  version="0.20.0", wheel={"url": wheel_url, "sha256": WHEEL_SHA})
+                  version="0.20.0", wheel={"url": wheel_url, "sha256": WHEEL_SHA}, allow_plain_http_password=True)
     flow = make_flow(tmp_path, uv_bin, fake, **params)
     result = flow.present()
     assert result["changed"] is True
@@ -267,7 +269,7 @@ def test_a_failed_uv_command_reports_no_credentials(tmp_path, uv_bin, kind, erro
             "  cause: HTTP status client error (401 Unauthorized) for url (%s)\n" % (SECRET, MIRROR))
     fake = FakeUv(fail={kind: (1, "", echo)})
     with pytest.raises(error) as exc:
-        make_flow(tmp_path, uv_bin, fake, index_url=MIRROR,
+        make_flow(tmp_path, uv_bin, fake, index_url=MIRROR, allow_plain_http_password=True,
                   python_install_mirror="https://py:%s@mirror/python" % SECRET).present()
     reported = json.dumps({"msg": exc.value.msg, "details": exc.value.details})
     assert SECRET not in reported and "alice" not in reported

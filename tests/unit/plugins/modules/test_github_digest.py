@@ -106,13 +106,23 @@ def test_failures(fake, capsys, rel, sums, extra, words):
     assert "sha256" not in result
 
 
-def test_token_from_the_environment_is_used_and_never_shown(fake, capsys, monkeypatch):
+def test_token_from_the_environment_goes_to_githubs_own_api_and_is_never_shown(fake, capsys, monkeypatch):
+    server, _sleeps = fake
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    server.add("https://api.github.com/repos/vllm-project/vllm/releases/tags/v0.15.1", Reply(200, release()))
+    code, result, out = run_module(github_digest.main, args(asset=X86, api_url="https://api.github.com/"), capsys)
+    assert code == 0
+    assert server.calls[0]["headers"]["Authorization"] == "Bearer " + TOKEN
+    assert TOKEN not in out
+
+
+def test_token_from_the_environment_does_not_go_to_another_api(fake, capsys, monkeypatch):
     server, _sleeps = fake
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     server.add(REL, Reply(200, release()))
     code, result, out = run_module(github_digest.main, args(asset=X86), capsys)
     assert code == 0
-    assert server.calls[0]["headers"]["Authorization"] == "Bearer " + TOKEN
+    assert "Authorization" not in server.calls[0]["headers"]
     assert TOKEN not in out
 
 

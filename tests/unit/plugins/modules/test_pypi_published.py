@@ -191,7 +191,7 @@ def test_a_file_added_later_does_not_move_the_cut_off_and_is_named(fake, capsys,
     assert (result["published"], result["exclude_newer"]) == ("2025-10-02T20:00:00Z", "2025-10-03T20:00:00Z")
     assert result["last_upload"] == "2026-07-01T09:30:00Z"
     assert result["late_files"] == [{"filename": LATE_ARM["filename"], "upload_time": "2026-07-01T09:30:00Z",
-                                     "exclude_newer": "2026-07-02T09:30:00Z"}]
+                                     "exclude_newer": "2026-07-02T09:30:00Z", "sha256": "c" * 64}]
     warnings = warnings_text(result)
     assert len(warnings) == 1, warnings
     for word in ("vllm 0.11.0", "1 of its 3 files", "after the cut-off 2025-10-03T20:00:00Z",

@@ -50,6 +50,9 @@ def base(tmp_path):
         "version": "0.11.0",
         "exclude_newer": CUTOFF,
         "index_url": MIRROR,
+        # the fake index's name is no loopback: its credentials over plain http are allowed here (what is
+        # tested is where they show; the refusal is test_uv_plain_http_index's)
+        "allow_plain_http_password": True,
         "python": "3.11",
         "python_preference": "only-system",
         "uv": str(uv),

@@ -193,7 +193,7 @@ def test_no_wheel_for_the_platform(monkeypatch, base, capsys):
 
 def test_credentials_never_in_files_or_results(fake, base, capsys, tmp_path):
     index = "http://alice:s3cret-Token@idx.test/simple"
-    code, result = run_module(dict(base, index_url=index), capsys)
+    code, result = run_module(dict(base, index_url=index, allow_plain_http_password=True), capsys)
     assert code == 0, result.get("msg")
     _kind, argv, _data, env, _timeout = fake.call("compile")
     assert "s3cret-Token" not in " ".join(argv)

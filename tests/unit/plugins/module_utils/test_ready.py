@@ -500,3 +500,19 @@ def test_a_unit_restarted_since_it_was_read_is_judged_by_its_new_main_process(se
     assert (result["ready"], result["unit_state"]["MainPID"]) == (True, os.getpid())
     assert unit.calls() == ["systemctl " + SHOW] * 2
     assert fake.seen() == ["GET /health", "GET /v1/models", "POST /v1/completions"]
+
+
+def test_an_https_server_of_the_unit_is_checked_then_spoken_to_over_tls(tls_origin, unit):
+    """vLLM with --ssl-keyfile: the gate's checked connection carries TLS (the client's context), the key
+    inside it."""
+    tls_origin.route("/health", body=b"").route("/v1/models", body={"data": [{"id": "m"}]})
+    tls_origin.route("/v1/completions", body={"choices": [{"text": " pong"}]}, method="POST")
+    client = HttpClient(timeout=2, retries=0, validate_certs=False)
+    u = _ready.Unit(Runner(), "vllm.service", str(unit.bin / "systemctl"), str(unit.bin / "journalctl"))
+    result = _ready.Gate(client, tls_origin.url, "m", unit=u, api_key=KEY, wait=0).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert [(e["path"], e["headers"].get("Authorization")) for e in tls_origin.log()] == [
+        ("/health", None), ("/v1/models", "Bearer " + KEY), ("/v1/completions", "Bearer " + KEY)]
+    # the certificate is still checked on that connection
+    exc, _took = timed(_ready.Gate(HttpClient(timeout=2, retries=0), tls_origin.url, "m", unit=u, wait=30).run)
+    assert isinstance(exc, _ready.ServerRefused) and "certificate" in exc.msg, exc

@@ -2,9 +2,10 @@
 ``http.server`` in a thread) and a systemd unit (``systemctl``/``journalctl`` scripts on PATH).
 
 The server answers what its attributes say, and records every request (method, path, the
-``Authorization`` header, the JSON body). :class:`ProcessVllm` runs one in a process of its own (as another
-user, if asked): the unit's server, or a stranger's on the same port, for the gate's check of its peer. It can start listening late (:meth:`FakeVllm.start`
-with ``after``), so that a client first meets a refused connection, as while vLLM loads.
+``Authorization`` header, the JSON body). It can start listening late (:meth:`FakeVllm.start` with ``after``),
+so that a client first meets a refused connection, as while vLLM loads. :class:`ProcessVllm` runs one in a
+process of its own (as another user, if asked): the unit's server, or a stranger's on the same port, for the
+gate's check of the process its connection reached.
 """
 
 from __future__ import annotations

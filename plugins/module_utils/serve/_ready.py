@@ -416,7 +416,7 @@ class Gate:
 
     def _open_checked(self, url, **options):
         """The gate's opener with a unit (:func:`_http.direct_open` over :meth:`_connect_to_unit`): straight to
-        the URL's host, never through a proxy, whose far end could not be told."""
+        the URL's host, never through a proxy (the gate could not tell whose process answers behind one)."""
         options.pop("context", None)
         context = self.client.context_for(url) if urlsplit(url).scheme.lower() == "https" else None
         return _http.direct_open(url, connect=self._connect_to_unit, context=context, **options)

@@ -42,9 +42,12 @@ options:
   url:
     description:
       - Base URL of the server, without C(/v1).
-      - Plain C(http) to this node's loopback (C(localhost), 127.0.0.0/8, C(::1)) is asked directly, without a proxy
-        (a proxy cannot reach the node's loopback); any other URL goes through the node's proxy settings
-        (C(http_proxy), C(https_proxy), C(no_proxy)), as every module of the collection does.
+      - With O(unit), every URL is asked directly, without a proxy, over a connection whose far end the gate checks
+        (see O(unit)); its host must be an address of this node (C(127.0.0.1), C(::1), C(localhost), or the
+        node's own address where vLLM listens there).
+      - Without O(unit), plain C(http) to this node's loopback (C(localhost), 127.0.0.0/8, C(::1)) is asked directly,
+        without a proxy (a proxy cannot reach the node's loopback); any other URL goes through the node's proxy
+        settings (C(http_proxy), C(https_proxy), C(no_proxy)), as every module of the collection does.
     type: str
     default: http://127.0.0.1:8000
   model:
@@ -66,9 +69,20 @@ options:
       - The systemd unit that runs the server, for example C(vllm.service).
       - When given, each attempt first reads its state with
         C(systemctl show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic
-        -p ExecMainStartTimestampMonotonic -p NRestarts -p Result <unit>); a C(failed) or
+        -p ExecMainStartTimestampMonotonic -p NRestarts -p Result -p MainPID <unit>); a C(failed) or
         C(inactive) unit, or one in C(auto-restart) (its server exited), fails the task at once. O(deadline) is counted from its last start, and a
         failure quotes C(journalctl -u <unit> -n <journal_lines> --no-pager -o cat).
+      - "With O(unit), the gate talks only to the unit's own process. Each request goes over a TCP connection the
+        gate makes itself; before anything is sent on it (C(/health) included, the API key above all), the gate
+        finds the connection's far end in C(/proc/net/tcp) and C(/proc/net/tcp6) and the process holding it under
+        C(/proc/*/fd), which must be the unit's main process (C(MainPID)) or a child of it. A connection accepted
+        by any other process (another user's server bound to that address and port while vLLM loads) fails the
+        task at once, naming the address, the port, the process and its user; nothing is sent to it. Not accepted
+        yet (vLLM holds its port while it loads) is \"not yet\"; a unit without a main process yet (C(MainPID) 0)
+        is \"not yet\" and is asked nothing. A host whose connection does not end at a socket of this node (another
+        machine, another network namespace) fails the task: the gate cannot tell who answers there."
+      - Reading another user's C(/proc/<pid>/fd) needs root; the role runs the gate as root. A gate that cannot
+        tell which process accepted its connection fails, and sends nothing.
     type: str
   deadline:
     description:
@@ -137,9 +151,10 @@ notes:
     wall clock jumps.
   - vLLM's C(/health) and C(/version) do not ask for the API key, and get none; C(/v1/models) and
     the completion do, so a wrong O(api_key) fails at phase C(models).
-  - With O(unit) and O(api_key), before the key is sent, the port of a loopback O(url) must be held
-    by the unit's main process or one of its children (read from C(/proc); needs root). A process
-    that took the port between a stop and a start fails the task, named, and never sees the key.
+  - With O(unit), the gate's own connection must have been accepted by the unit's main process or one of its
+    children (read from C(/proc); needs root), on whichever address O(url) names or C(localhost) resolves to
+    first, before any request goes over it. A process that took the port between a stop and a start, or holds
+    the same port on another address of the node, fails the task, named, and never sees the key.
 """
 
 EXAMPLES = r"""

@@ -490,7 +490,7 @@ def is_loopback_http(url):
 
 
 class _LoopbackAnswer(object):
-    """What :func:`loopback_open` answers: ``status``, ``reason``, ``headers``, the body read from the
+    """What :func:`direct_open` answers: ``status``, ``reason``, ``headers``, the body read from the
     connection, which :meth:`close` closes with it."""
 
     def __init__(self, connection, response, body):
@@ -519,23 +519,45 @@ class _LoopbackAnswer(object):
 def loopback_open(url, method="GET", data=None, headers=None, timeout=30, http_agent=USER_AGENT, decompress=True,
                   **_options):
     """One request (one hop: redirects are :func:`follow`'s) to this node's loopback over plain ``http``,
-    called as :func:`open_url` is, straight through ``http.client``: no proxy, no TLS, no urllib. Any status is
-    an answer (``open_url`` raises one of 400 or more as ``HTTPError``, which :func:`follow` reads as an answer
-    too). Asks for the body as it is (``identity``, as urllib asks) and decompresses one sent gzipped all the same,
-    as ``open_url`` does. The URL's userinfo, which :func:`follow` leaves in it only while credentials go (to the
-    origin they were given for), is sent as basic authentication with the request (``open_url`` sends it when the
-    server asks). Refuses (ValueError) any other URL: a caller's mistake."""
-    parts = urlsplit(url)
+    called as :func:`open_url` is, straight through ``http.client`` (:func:`direct_open`): no proxy, no TLS, no
+    urllib. Refuses (ValueError) any other URL: a caller's mistake."""
     if not is_loopback_http(url):
         raise ValueError("loopback_open: %s is not plain http to this node's loopback" % shown_url(url))
+    return direct_open(url, method=method, data=data, headers=headers, timeout=timeout, http_agent=http_agent,
+                       decompress=decompress)
+
+
+def direct_open(url, method="GET", data=None, headers=None, timeout=30, http_agent=USER_AGENT, decompress=True,
+                connect=None, context=None, **_options):
+    """One request (one hop: redirects are :func:`follow`'s), called as :func:`open_url` is, straight through
+    ``http.client`` over the socket that ``connect(host, port, timeout)`` gives (``socket.create_connection``
+    by default): no proxy, no urllib. ``connect`` may look at the connected socket before anything is sent on it
+    (the readiness gate checks which process accepted it); the request goes over that very socket. ``https``
+    wraps it in ``context`` (an ``ssl.SSLContext``: required for https). Any status is an answer (``open_url``
+    raises one of 400 or more as ``HTTPError``, which :func:`follow` reads as an answer too). Asks for the body as
+    it is (``identity``, as urllib asks) and decompresses one sent gzipped all the same, as ``open_url`` does. The
+    URL's userinfo, which :func:`follow` leaves in it only while credentials go (to the origin they were given
+    for), is sent as basic authentication with the request (``open_url`` sends it when the server asks)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES or not parts.hostname or (scheme == "https" and context is None):
+        raise ValueError("direct_open: %s is not an http URL, or an https URL with a TLS context" % shown_url(url))
     send = {"User-Agent": http_agent, "Accept-Encoding": "identity"}
     if parts.username is not None:
         pair = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
         send["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
     send.update(headers or {})
     path = urlunsplit(("", "", parts.path or "/", parts.query, ""))
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    port = parts.port or (443 if scheme == "https" else 80)
+    connection = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
     try:
+        if connect is None:
+            connection.sock = socket.create_connection((parts.hostname, port), timeout)
+        else:
+            connection.sock = connect(parts.hostname, port, timeout)
+        if scheme == "https":
+            connection.sock = context.wrap_socket(connection.sock, server_hostname=parts.hostname)
+        # http.client sends on the socket it holds and does not connect again
         connection.request(method, path, body=data, headers=send)
         response = connection.getresponse()
     except BaseException:
@@ -847,8 +869,8 @@ class HttpClient(object):
             status, reason, message, resp_headers,
         )
 
-    def _attempt(self, url, headers, method="GET", data=None):
-        resp = self.open(url, headers, method, data)
+    def _attempt(self, url, headers, method="GET", data=None, opener=None):
+        resp = self.open(url, headers, method, data, opener=opener)
         if resp.status >= 300:
             self.raise_for_status(url, resp)
         try:
@@ -875,20 +897,21 @@ class HttpClient(object):
         return Response(final_url or url, status or 200, resp_headers, body)
 
     # -- public ------------------------------------------------------------------------------
-    def get(self, url, headers=None):
+    def get(self, url, headers=None, opener=None):
         """GET ``url``: a :class:`Response` with status 2xx, or one of this module's errors."""
-        return self.request("GET", url, headers)
+        return self.request("GET", url, headers, opener=opener)
 
-    def request(self, method, url, headers=None, data=None):
+    def request(self, method, url, headers=None, data=None, opener=None):
         """``method`` on ``url`` with the body ``data`` (bytes or None), tried again like a GET:
-        a :class:`Response` with status 2xx, or one of this module's errors."""
+        a :class:`Response` with status 2xx, or one of this module's errors. ``opener`` as :meth:`open`'s
+        (each hop through it: the readiness gate's checks the process its connection reached)."""
         merged = dict(self.headers)
         merged.update(headers or {})
         attempts = self.retries + 1
         last = None
         for attempt in range(1, attempts + 1):
             try:
-                resp = self._attempt(url, merged, method, data)
+                resp = self._attempt(url, merged, method, data, opener)
                 return resp
             except TryAgain as exc:
                 last = exc
@@ -904,18 +927,18 @@ class HttpClient(object):
             last.reason,
         )
 
-    def get_json(self, url, headers=None, accept="application/json"):
+    def get_json(self, url, headers=None, accept="application/json", opener=None):
         """GET and decode JSON: ``(data, response)``."""
         merged = {"Accept": accept}
         merged.update(headers or {})
-        return self._decode(url, self.get(url, merged))
+        return self._decode(url, self.get(url, merged, opener=opener))
 
-    def post_json(self, url, payload, headers=None):
+    def post_json(self, url, payload, headers=None, opener=None):
         """POST ``payload`` as JSON and decode the JSON answer: ``(data, response)``."""
         merged = {"Accept": "application/json", "Content-Type": "application/json"}
         merged.update(headers or {})
         body = json.dumps(payload).encode("utf-8")
-        return self._decode(url, self.request("POST", url, merged, body))
+        return self._decode(url, self.request("POST", url, merged, body, opener=opener))
 
     def _decode(self, url, resp):
         try:

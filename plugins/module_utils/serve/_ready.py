@@ -13,6 +13,14 @@ Each attempt, in order: the unit's state (``systemctl show``), ``GET /health``, 
 (when a version is wanted), ``GET /v1/models`` (the model must be listed) and a one-token
 ``POST /v1/completions``. No HTTP answer, a 429 or 5xx, or a time-out is "not yet".
 
+With a unit, the gate talks only to the unit's own process (:meth:`Gate._connect_to_unit`): each request goes
+over a connection the gate made straight to the URL's host, and before a byte is sent on it the gate finds its
+far end (the socket of this node whose own address is the connection's peer and whose peer is the connection,
+in ``/proc/net/tcp*``), and the process holding that socket (``/proc/*/fd``), which must be the unit's main
+process or a child of it. Which listener a connection reaches depends on the address it went to, not on the
+port number: ``localhost`` may resolve to ``::1`` where vLLM holds 127.0.0.1, and a node's address may be held
+by another user while vLLM holds the loopback's.
+
 Clocks: systemd's ``*TimestampMonotonic`` values are CLOCK_MONOTONIC microseconds, and so is
 Python's ``time.monotonic()`` on Linux (in seconds); the module runs on the unit's node, so the
 two compare.
@@ -20,7 +28,11 @@ two compare.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import pwd
+import socket
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -40,6 +52,10 @@ DEAD_STATES = ("failed", "inactive")
 MSG_JOURNAL_LINES = 10
 SYSTEMCTL_TIMEOUT = 30
 PROMPT = "ping"
+#: Seconds a connection's far end may take to show in /proc/net/tcp*; none after that: not this node's socket.
+PEER_GRACE = 1.0
+#: Seconds between two looks at whether the far end was accepted.
+PEER_POLL = 0.01
 
 
 class ReadyError(LlmfleetError):
@@ -57,6 +73,19 @@ class UnitDead(ReadyError):
 class ServerRefused(ReadyError):
     """The server answered in a way that waiting will not change (4xx, a certificate, an
     answer that is not the OpenAI API's)."""
+
+
+class PeerRefused(ServerRefused):
+    """The gate's connection was accepted by a process that is not the unit's (or one that cannot be told):
+    nothing was sent on it."""
+
+
+class _PeerRefused(Exception):
+    """Internal: raised by the gate's connector, through the HTTP client, to :meth:`Gate._call`."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
 
 
 class VersionMismatch(ReadyError):
@@ -104,48 +133,78 @@ def parse_show(text):
     return values
 
 
-def listening_pids(port, proc="/proc"):
-    """The processes that hold a listening TCP socket on ``port`` (any address, IPv4 or IPv6), from
-    ``/proc/net/tcp*`` and the processes' descriptors; None when that cannot be read (not root, or
-    not Linux), so that the caller can tell "nobody" from "cannot tell"."""
-    inodes = set()
+def _proc_address(text):
+    """An ``ADDRESS:PORT`` of ``/proc/net/tcp*`` (hex; the address in 32-bit words of the host's byte order)
+    as ``(ip_address, port)``, an IPv4-mapped IPv6 address as its IPv4 one (a dual-stack listener's sockets)."""
+    host, port = text.split(":")
+    raw = b"".join(int(host[i:i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(host), 8))
+    return _plain_address(ipaddress.ip_address(raw)), int(port, 16)
+
+
+def _plain_address(address):
+    if address.version == 6 and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def socket_address(name):
+    """A socket's ``getsockname()``/``getpeername()`` as ``(ip_address, port)``, as :func:`_proc_address` reads one."""
+    return _plain_address(ipaddress.ip_address(name[0].split("%", 1)[0])), name[1]
+
+
+def socket_inode(local, remote, proc="/proc"):
+    """The inode of this node's TCP socket whose own address is ``local`` and whose other end is ``remote``
+    (``(ip_address, port)`` pairs, :func:`socket_address`), from ``/proc/net/tcp`` and ``/proc/net/tcp6``: None when
+    there is none (``local`` is not an address of this node, or not of its network namespace), 0 while it waits in
+    a listener's queue (no process has accepted it yet). Raises OSError when the tables cannot be read."""
+    found = None
+    for name in ("tcp", "tcp6"):
+        path = os.path.join(proc, "net", name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            next(handle, None)
+            for line in handle:
+                fields = line.split()
+                try:
+                    if len(fields) > 9 and _proc_address(fields[1]) == local and _proc_address(fields[2]) == remote:
+                        found = max(found or 0, int(fields[9]))
+                except ValueError:
+                    continue
+    return found
+
+
+def _fd_holds(pid, wanted, proc):
+    """Whether process ``pid`` holds ``wanted`` (``socket:[inode]``) among its descriptors; None when they
+    cannot be read (another user's process, and this one is not root) or it is gone."""
+    fd_dir = os.path.join(proc, str(pid), "fd")
     try:
-        for name in ("tcp", "tcp6"):
-            path = os.path.join(proc, "net", name)
-            if not os.path.exists(path):
-                continue
-            with open(path) as handle:
-                next(handle, None)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(fields[9])
-    except (OSError, ValueError, IndexError):
+        names = os.listdir(fd_dir)
+    except OSError:
         return None
-    if not inodes:
-        return set()
-    wanted = set("socket:[%s]" % inode for inode in inodes)
-    pids = set()
-    unreadable = False
-    for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        fd_dir = os.path.join(proc, entry, "fd")
+    for fd in names:
         try:
-            names = os.listdir(fd_dir)
+            if os.readlink(os.path.join(fd_dir, fd)) == wanted:
+                return True
         except OSError:
-            unreadable = unreadable or os.path.exists(fd_dir)
             continue
-        for fd in names:
-            try:
-                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
-                    pids.add(int(entry))
-                    break
-            except OSError:
-                continue
-    if not pids and unreadable:
-        return None
-    return pids
+    return False
+
+
+def socket_holders(inode, pids=None, proc="/proc"):
+    """``(holders, unreadable)``: the processes (of ``pids``, else all) that hold the socket ``inode`` among their
+    descriptors, and whether some could not be read (not root)."""
+    wanted = "socket:[%d]" % inode
+    if pids is None:
+        pids = [int(entry) for entry in os.listdir(proc) if entry.isdigit()]
+    holders, unreadable = set(), False
+    for pid in pids:
+        held = _fd_holds(pid, wanted, proc)
+        if held is None:
+            unreadable = unreadable or os.path.exists(os.path.join(proc, str(pid)))
+        elif held:
+            holders.add(pid)
+    return holders, unreadable
 
 
 def process_tree(pid, proc="/proc"):
@@ -177,6 +236,29 @@ def _process_name(pid, proc="/proc"):
             return handle.read().strip()
     except OSError:
         return "?"
+
+
+def _process_user(pid, proc="/proc"):
+    """The name (else the number) of the real user of process ``pid``; ``?`` when it is gone."""
+    try:
+        with open(os.path.join(proc, str(pid), "status")) as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                    break
+            else:
+                return "?"
+    except (OSError, ValueError, IndexError):
+        return "?"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def process_text(pid, proc="/proc"):
+    """``1234 (python3, user alice)``: a process as a message names it."""
+    return "%d (%s, user %s)" % (pid, _process_name(pid, proc), _process_user(pid, proc))
 
 
 class Unit:
@@ -328,36 +410,109 @@ class Gate:
                 "its journal and start it again" % (self._what(), active, state.get("SubState"), state.get("Result")),
                 journal=True)
 
-    def _check_port_holder(self):
-        """Before the API key is sent: the port must be held by the unit's main process or one of
-        its children, not by a process that bound it between a stop and a start."""
-        if not (self.unit and self.headers):
+    # -- the process the gate talks to ----------------------------------------------------------
+    def _main_pid(self):
+        return (self.result["unit_state"] or {}).get("MainPID") or 0
+
+    def _open_checked(self, url, **options):
+        """The gate's opener with a unit (:func:`_http.direct_open` over :meth:`_connect_to_unit`): straight to
+        the URL's host, never through a proxy (the gate could not tell whose process answers behind one)."""
+        options.pop("context", None)
+        context = self.client.context_for(url) if urlsplit(url).scheme.lower() == "https" else None
+        return _http.direct_open(url, connect=self._connect_to_unit, context=context, **options)
+
+    def _connect_to_unit(self, host, port, timeout):
+        """A TCP connection to ``host`` port ``port`` whose other end a process of the unit has accepted (its main
+        process or one of its children): the gate's requests (the API key's among them) go over this socket, and
+        over no other. Whoever else accepted it (a user that bound the port while vLLM loads, on the address
+        the gate reached: ``localhost`` may be ``::1`` where vLLM holds 127.0.0.1) raises :class:`_PeerRefused`
+        before a byte is sent; not accepted within ``timeout``, TimeoutError (not yet)."""
+        sock = socket.create_connection((host, port), timeout)
+        try:
+            self._check_peer(sock, host, port, timeout)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _check_peer(self, sock, host, port, timeout):
+        mine = socket_address(sock.getsockname())
+        theirs = socket_address(sock.getpeername())
+        where = "%s port %d" % (theirs[0], port) if str(theirs[0]) == host else \
+            "%s port %d (%s)" % (host, port, theirs[0])
+        if mine == theirs:  # a connect to a free port of the ephemeral range may meet itself
+            raise ConnectionRefusedError("%s: nothing listens there" % where)
+        started = time.monotonic()
+        while True:
+            # the far end of this connection is the socket whose own address is our peer and whose peer is us
+            try:
+                inode = socket_inode(theirs, mine)
+            except OSError as exc:
+                raise _PeerRefused("%s: which process holds the gate's connection cannot be read (%s), so nothing "
+                                   "was sent to it" % (where, exc))
+            waited = time.monotonic() - started
+            if inode:
+                break
+            if inode is None and waited >= PEER_GRACE:
+                raise _PeerRefused(
+                    "the gate's connection to %s does not end at a socket of this node, so which process answers "
+                    "cannot be told and nothing was sent to it: the gate asks only the unit's own server, at an "
+                    "address of the node it runs on (%s must be an address of this node)" % (where, host))
+            if waited >= timeout:
+                # queued on a listener, not accepted yet: vLLM holds its port while it loads
+                raise TimeoutError("%s: the connection was not accepted within %s s" % (where, timeout))
+            time.sleep(PEER_POLL)
+        main = self._main_pid()
+        if self._held_by_unit(inode, main):
             return
-        main = (self.result["unit_state"] or {}).get("MainPID")
-        parsed = urlsplit(self.url)
-        if not main or parsed.hostname not in ("127.0.0.1", "::1", "localhost") or not parsed.port:
-            return  # no process to compare with, or not this node's port: nothing to tell
-        holders = listening_pids(parsed.port)
-        if not holders:
-            return  # cannot tell (not root), or nothing listens (the request will say so)
-        if holders & process_tree(main):
-            return
-        others = ", ".join("%d (%s)" % (pid, _process_name(pid)) for pid in sorted(holders))
-        raise self._error(ServerRefused, "%s: port %d is held by process %s, not by the unit's main process %d or its"
-                          " children: another program answers there, and the API key was not sent to it"
-                          % (self._what(), parsed.port, others, main))
+        if self.unit is not None:
+            # systemd may have restarted the unit since this attempt read it: judge by its main process now
+            try:
+                now = self.unit.state().get("MainPID") or 0
+            except UnitUnreadable:
+                now = main
+            if now and now != main and self._held_by_unit(inode, now):
+                self.result["unit_state"]["MainPID"] = now
+                return
+        holders, unreadable = socket_holders(inode)
+        if holders:
+            others = ", ".join(process_text(pid) for pid in sorted(holders))
+            raise _PeerRefused(
+                "%s is held by process %s, not by the unit's main process %d or its children: the gate's connection "
+                "reached another program there, and nothing was sent to it (the API key was not sent)"
+                % (where, others, main))
+        raise _PeerRefused(
+            "%s: no process %s holds the gate's connection there (socket %d), so nothing was sent to it%s"
+            % (where, "this user can read" if unreadable else "of this node", inode,
+               "; reading another user's /proc/<pid>/fd needs root (become)" if unreadable else ""))
+
+    @staticmethod
+    def _held_by_unit(inode, main):
+        """Whether a process of the unit (``main`` or a child of it) holds the socket ``inode``. Another process
+        cannot come to hold a socket the unit accepted, nor the unit one it did not, without the unit's doing
+        (a descriptor passed on purpose): one holder of the unit's tree is enough, and the rest of /proc is
+        read only to name who holds it otherwise."""
+        if not main:
+            return False
+        holders, _unreadable = socket_holders(inode, process_tree(main))
+        return bool(holders)
 
     def _call(self, phase, method, path, payload=None, decode=True, auth=False):
         """One request: ``(data or None, response)``; "not yet" as :class:`_NotYet`, anything
         waiting will not change as :class:`ServerRefused`. The API key goes only with ``auth``."""
         url = self.url + path
         headers = self.headers if auth else {}
+        # with a unit, every request (not only those with the API key) goes over a connection that the unit's
+        # own process accepted: another program on the port neither gets the key nor passes the gate
+        opener = self._open_checked if self.unit else None
         try:
             if method == "POST":
-                return self.client.post_json(url, payload, headers)
+                return self.client.post_json(url, payload, headers, opener=opener)
             if decode:
-                return self.client.get_json(url, headers)
-            return None, self.client.get(url, headers)
+                return self.client.get_json(url, headers, opener=opener)
+            return None, self.client.get(url, headers, opener=opener)
+        except _PeerRefused as exc:
+            raise self._error(PeerRefused, "%s: %s" % (self._what(), exc.reason))
         except _http.UnreachableError as exc:
             if exc.last_status is None and phase == "health":
                 phase = "starting"  # nothing answers yet
@@ -377,6 +532,10 @@ class Gate:
         """Ready (True), or :class:`_NotYet`, or a :class:`ReadyError`."""
         if self.unit:
             self._check_unit()
+            if not self._main_pid():
+                # ExecStartPre runs, say: no process of the unit to answer, so whatever answers is not it
+                raise _NotYet("starting", "the unit has no main process yet (MainPID 0); its port is not asked "
+                                          "before it has one")
         else:
             self.anchor = self.called
         _data, resp = self._call("health", "GET", "/health", decode=False)
@@ -397,7 +556,6 @@ class Gate:
                     "another process on that port) is the one answering"
                     % (self._what(), self.url, answered, self.version))
 
-        self._check_port_holder()
         data, _resp = self._call("models", "GET", "/v1/models", auth=True)
         listed = data.get("data") if isinstance(data, dict) else None
         if not isinstance(listed, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in listed):

@@ -2,8 +2,10 @@
 ``http.server`` in a thread) and a systemd unit (``systemctl``/``journalctl`` scripts on PATH).
 
 The server answers what its attributes say, and records every request (method, path, the
-``Authorization`` header, the JSON body). It can start listening late (:meth:`FakeVllm.start`
-with ``after``), so that a client first meets a refused connection, as while vLLM loads.
+``Authorization`` header, the JSON body). It can start listening late (:meth:`FakeVllm.start` with ``after``),
+so that a client first meets a refused connection, as while vLLM loads. :class:`ProcessVllm` runs one in a
+process of its own (as another user, if asked): the unit's server, or a stranger's on the same port, for the
+gate's check of the process its connection reached.
 """
 
 from __future__ import annotations
@@ -12,15 +14,30 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+def free_port(host="127.0.0.1"):
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def base_url(host, port):
+    return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def has_ipv6_loopback():
+    """Whether ``::1`` can be bound here (a container may have no IPv6)."""
+    try:
+        free_port("::1")
+    except OSError:
+        return False
+    return True
 
 
 class FakeVllm:
@@ -28,12 +45,15 @@ class FakeVllm:
     ``version``: what /version answers; ``models``: the ids /v1/models lists; ``completion``:
     the completion's status (int or list, like ``health``); ``choices``: how many choices a 200
     completion has; ``api_key``: when set, /v1/* answer 401 without ``Bearer <api_key>``
-    (``echo_auth``: a 401 that quotes the header it got, as a careless proxy may)."""
+    (``echo_auth``: a 401 that quotes the header it got, as a careless proxy may). ``host`` and ``port``:
+    where it listens (127.0.0.1 and a free port by default); ``record``: called with each request's record."""
 
     def __init__(self, models=("m",), version="0.20.0", health=200, completion=200, choices=1, api_key=None,
-                 echo_auth=False):
-        self.port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+                 echo_auth=False, host="127.0.0.1", port=None, record=None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.url = base_url(host, self.port)
+        self.record = record
         self.models = list(models)
         self.version = version
         self.health = health
@@ -59,6 +79,8 @@ class FakeVllm:
         with self._lock:
             self.requests.append({"method": method, "path": path, "auth": headers.get("Authorization"),
                                   "body": body})
+            if self.record is not None:
+                self.record(self.requests[-1])
             if path == "/health":
                 return self._next(self.health), None
             if path == "/version":
@@ -112,7 +134,9 @@ class FakeVllm:
         return Handler
 
     def _listen(self):
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler())
+        server = type("Server", (ThreadingHTTPServer,),
+                      {"address_family": socket.AF_INET6 if ":" in self.host else socket.AF_INET})
+        self._server = server((self.host, self.port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -135,6 +159,60 @@ class FakeVllm:
             self._server.server_close()
 
 
+class ProcessVllm:
+    """A :class:`FakeVllm` in a process of its own, a child of this one (``user``: run as that uid, such as 65534,
+    as another user's server; this needs root): a pid that the gate can find holding the connection it made.
+    Takes FakeVllm's arguments; listens before the constructor returns. Every request it gets comes back as one
+    JSON line on its stdout: :meth:`stop` it, then read ``requests`` (all of them, the pipe drained)."""
+
+    def __init__(self, user=None, **kw):
+        kw.setdefault("host", "127.0.0.1")
+        kw["port"] = kw.get("port") or free_port(kw["host"])
+        self.host, self.port = kw["host"], kw["port"]
+        self.url = base_url(self.host, self.port)
+        self.requests = []
+        with open(__file__) as handle:
+            source = handle.read()
+        # the real interpreter, isolated (-I -S: the standard library only): another user may not read the venv
+        argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", source, "serve", json.dumps(kw)]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,  # pylint: disable=consider-using-with
+                                     user=user)
+        self.pid = self.proc.pid
+        line = self.proc.stdout.readline()
+        if line.strip() != "listening":
+            self.stop()
+            raise RuntimeError("the fake vLLM at %s did not start: %r" % (self.url, line))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.requests.append(json.loads(line))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        reader = getattr(self, "_reader", None)
+        if reader is not None:
+            reader.join(10)
+        self.proc.stdout.close()
+        return self
+
+
+def _serve(config):
+    """``ProcessVllm``'s child: serve, one JSON line per request on stdout."""
+    def record(entry):
+        sys.stdout.write(json.dumps({k: entry[k] for k in ("method", "path", "auth")}) + "\n")
+        sys.stdout.flush()
+
+    fake = FakeVllm(record=record, **config)
+    fake._listen()  # pylint: disable=protected-access
+    sys.stdout.write("listening\n")
+    sys.stdout.flush()
+    fake._thread.join()  # pylint: disable=protected-access
+
+
 class FakeUnit:
     """``systemctl`` and ``journalctl`` scripts in ``<tmp>/bin`` that answer from files in
     ``<tmp>/unit`` and log each call's arguments, one line per call, to ``<tmp>/unit/calls``.
@@ -155,18 +233,29 @@ class FakeUnit:
                 "#!/bin/sh\n"
                 "printf '%%s %%s\\n' %s \"$*\" >> '%s'\n"
                 "if [ -f '%s/%s.rc' ]; then cat '%s/%s.err' >&2; exit \"$(cat '%s/%s.rc')\"; fi\n"
-                "cat '%s/%s'\n" % (name, self.calls_file, self.dir, answer, self.dir, answer,
-                                   self.dir, answer, self.dir, answer))
+                "cat '%s/%s'\n"
+                "if [ -f '%s/%s.next' ]; then mv '%s/%s.next' '%s/%s'; fi\n"
+                % (name, self.calls_file, self.dir, answer, self.dir, answer, self.dir, answer, self.dir, answer,
+                   self.dir, answer, self.dir, answer, self.dir, answer))
             script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.set()
         self.journal([])
 
-    def set(self, active="active", sub="running", started_ago=30.0, restarts=0, result="success", main_pid=0):
+    def set(self, active="active", sub="running", started_ago=30.0, restarts=0, result="success", main_pid=None,
+            then=False):
+        """``main_pid``: this process by default, which serves the :class:`FakeVllm` (the gate talks only to a
+        process of the unit's). ``then``: the state ``systemctl show`` answers from its next call on, after it
+        answered the current one once more."""
+        main_pid = os.getpid() if main_pid is None else main_pid
+        current = (self.dir / "show").read_text() if then else None
         start_us = int((time.monotonic() - started_ago) * 1e6) if started_ago is not None else 0
         (self.dir / "show").write_text(
             "ActiveState=%s\nSubState=%s\nActiveEnterTimestampMonotonic=%d\n"
             "ExecMainStartTimestampMonotonic=%d\nNRestarts=%d\nResult=%s\nMainPID=%d\n"
             % (active, sub, start_us, start_us, restarts, result, main_pid))
+        if then:  # the next call shows this state, the ones after it too (systemd restarted the unit)
+            (self.dir / "show").rename(self.dir / "show.next")
+            (self.dir / "show").write_text(current)
         return start_us
 
     def journal(self, lines):
@@ -184,3 +273,7 @@ class FakeUnit:
     def on_path(self, monkeypatch):
         monkeypatch.setenv("PATH", str(self.bin) + os.pathsep + os.environ.get("PATH", ""))
         return self
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    _serve(json.loads(sys.argv[2]))

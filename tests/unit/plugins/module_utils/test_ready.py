@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-
-import socket
-
+import ipaddress
 import os
-
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _rea
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
-from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm
+from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm, ProcessVllm, base_url, free_port, has_ipv6_loopback
 
 SHOW = ("show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p ExecMainStartTimestampMonotonic "
         "-p NRestarts -p Result -p MainPID vllm.service")
@@ -167,7 +166,7 @@ def test_since_start_is_from_the_units_start(servers, unit):
     assert 100 <= result["health_s"] <= result["since_start_s"] < 102
     assert result["unit_state"] == {
         "ActiveState": "active", "SubState": "running", "ActiveEnterTimestampMonotonic": start_us,
-        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": 0}
+        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": os.getpid()}
     assert unit.calls() == ["systemctl " + SHOW]
 
 
@@ -351,13 +350,169 @@ def test_the_key_goes_only_to_the_units_own_process(servers, unit):
     assert gate(fake.url, api_key="sk-right-key", unit=unit, wait=0).run()["ready"] is True
 
 
-def test_listening_pids_finds_this_process_and_nobody_on_a_free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(1)
-        port = sock.getsockname()[1]
-        found = _ready.listening_pids(port)
-        if os.geteuid() == 0:
-            assert found == {os.getpid()}
-        assert os.getpid() in _ready.process_tree(os.getppid())
-    assert _ready.listening_pids(port) in (set(), None)
+def test_the_far_end_of_a_connection_is_found_once_accepted():
+    """socket_inode: the far end's socket (its own address is our peer, its peer is us): 0 while it waits in the
+    listener's queue, its inode once accepted (held by the accepting process), None for no socket of this node."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname(), 5) as conn:
+            mine, theirs = _ready.socket_address(conn.getsockname()), _ready.socket_address(conn.getpeername())
+            assert _ready.socket_inode(theirs, mine) == 0
+            accepted, _addr = listener.accept()
+            with accepted:
+                inode = _ready.socket_inode(theirs, mine)
+                assert inode and os.readlink("/proc/self/fd/%d" % accepted.fileno()) == "socket:[%d]" % inode
+                assert _ready.socket_holders(inode) == ({os.getpid()}, False)
+                assert _ready.socket_holders(inode, [os.getppid()]) == (set(), False)
+            # our own end is not the far end; an address that is not this node's has no socket here
+            assert _ready.socket_inode(mine, theirs) != inode
+            assert _ready.socket_inode((ipaddress.ip_address("192.0.2.7"), theirs[1]), mine) is None
+    assert os.getpid() in _ready.process_tree(os.getppid())
+
+
+def test_a_dual_stack_listeners_socket_is_found_by_its_ipv4_address():
+    """A listener on :: takes 127.0.0.1 too: its socket is in /proc/net/tcp6, as ::ffff:127.0.0.1."""
+    with socket.socket(socket.AF_INET6) as listener:
+        listener.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        listener.bind(("::", 0))
+        listener.listen(1)
+        with socket.create_connection(("127.0.0.1", listener.getsockname()[1]), 5) as conn:
+            accepted, _addr = listener.accept()
+            with accepted:
+                inode = _ready.socket_inode(_ready.socket_address(conn.getpeername()),
+                                            _ready.socket_address(conn.getsockname()))
+                assert os.readlink("/proc/self/fd/%d" % accepted.fileno()) == "socket:[%d]" % inode
+
+
+# -- the gate talks only to the unit's own process -------------------------------------------------
+
+KEY = "sk-peer-0123456789"
+OTHER_UID = 65534  # nobody: another user's server
+
+
+def loopbacks():
+    """(gate's host, where the other user's server listens, where the unit's listens), the same port for both:
+    the unit holding that port number somewhere does not make every listener on it the unit's."""
+    second = "::1" if has_ipv6_loopback() else "127.0.0.3"
+    cases = [("127.0.0.1", "127.0.0.1", second), ("127.0.0.2", "127.0.0.2", "127.0.0.1")]
+    if has_ipv6_loopback():
+        cases.append(("::1", "::1", "127.0.0.1"))
+    # localhost: whichever address it resolves to first is the one the gate's connection reaches
+    first = socket.getaddrinfo("localhost", 80, type=socket.SOCK_STREAM)[0][4][0]
+    cases.append(("localhost", first, "127.0.0.1" if ":" in first else second))
+    return cases
+
+
+@pytest.fixture
+def processes():
+    started = []
+
+    def make(**kw):
+        fake = ProcessVllm(**kw)
+        started.append(fake)
+        return fake
+
+    yield make
+    for fake in started:
+        fake.stop()
+
+
+@pytest.mark.parametrize("host, other_at, unit_at", loopbacks())
+def test_another_users_server_on_the_gates_address_gets_nothing(processes, unit, host, other_at, unit_at):
+    """Issue 44, A.1: the gate's own connection must reach the unit's process. Another user's server on the
+    address the gate connects to (the unit listening on that port at another address of the node) is asked
+    nothing, the API key least of all, on 127.0.0.1, ::1, localhost and a second address of the node."""
+    port = free_port(other_at)
+    other = processes(user=OTHER_UID, host=other_at, port=port, api_key=KEY)
+    own = processes(host=unit_at, port=port, api_key=KEY)
+    unit.set(main_pid=own.pid)
+    url = base_url(host, port)
+    exc, took = timed(gate(url, api_key=KEY, unit=unit, wait=30).run)
+    assert isinstance(exc, _ready.PeerRefused) and isinstance(exc, _ready.ServerRefused), exc
+    comm = os.path.basename(os.path.realpath(sys.executable))[:15]  # the kernel's name of the process
+    where = "%s port %d" % (other_at, port) if host == other_at else "%s port %d (%s)" % (host, port, other_at)
+    assert exc.msg == (
+        "vLLM at %s (unit vllm.service), model m: %s is held by process %d (%s, user nobody), not by the "
+        "unit's main process %d or its children: the gate's connection reached another program there, and nothing "
+        "was sent to it (the API key was not sent)" % (url, where, other.pid, comm, own.pid)), exc.msg
+    assert exc.details["phase"] == "starting" and took < 5 and KEY not in repr(exc.details)
+    assert other.stop().requests == []  # not the key, not /health: nothing
+    assert own.stop().requests == []
+
+
+@pytest.mark.parametrize("host, _other_at, unit_at", loopbacks())
+def test_the_units_own_server_passes_the_gate_and_gets_the_key(processes, unit, host, _other_at, unit_at):
+    first = socket.getaddrinfo(host, 80, type=socket.SOCK_STREAM)[0][4][0]
+    own = processes(host=first, api_key=KEY)
+    unit.set(main_pid=own.pid)
+    result = gate(base_url(host, own.port), api_key=KEY, unit=unit, wait=0).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert [(r["path"], r["auth"]) for r in own.stop().requests] == [
+        ("/health", None), ("/v1/models", "Bearer " + KEY), ("/v1/completions", "Bearer " + KEY)]
+    assert unit_at  # the same cases as above
+
+
+def test_a_unit_without_a_main_process_is_asked_nothing(servers, unit):
+    """ExecStartPre runs (MainPID 0): whatever answers on the port is not the unit's server."""
+    fake = servers(api_key=KEY)
+    unit.set(active="activating", sub="start-pre", main_pid=0)
+    result = gate(fake.url, api_key=KEY, unit=unit, wait=0).run()
+    assert (result["ready"], result["phase"]) == (False, "starting")
+    assert result["msg"].endswith("phase starting (last: the unit has no main process yet (MainPID 0); its port is "
+                                  "not asked before it has one)")
+    assert fake.seen() == []
+
+
+def test_nothing_is_sent_before_the_connection_is_accepted(unit):
+    """vLLM holds its port while it loads and accepts nothing: the gate waits (not yet) and writes nothing into
+    the listener's queue, whoever would read it later."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        url = "http://127.0.0.1:%d" % listener.getsockname()[1]
+        client = HttpClient(timeout=1, retries=0)
+        started = time.monotonic()
+        result = _ready.Gate(client, url, "m", unit=_ready.Unit(Runner(), "vllm.service", str(unit.bin / "systemctl"),
+                                                                str(unit.bin / "journalctl")),
+                             api_key=KEY, wait=0).run()
+        assert (result["ready"], result["phase"]) == (False, "starting")
+        assert "timed out after 1 s" in result["msg"] and 1 <= time.monotonic() - started < 3
+        listener.settimeout(2)
+        queued, _addr = listener.accept()
+        with queued:
+            queued.settimeout(2)
+            assert queued.recv(65536) == b""  # the gate closed it without a byte
+
+
+def test_a_unit_restarted_since_it_was_read_is_judged_by_its_new_main_process(servers, unit):
+    """systemd restarted the unit between this attempt's read and the connection: the new main process accepted
+    it, and the gate reads the unit again before it refuses."""
+    fake = servers(api_key=KEY)
+    stranger = subprocess.Popen(["sleep", "30"])
+    try:
+        unit.set(main_pid=stranger.pid)
+        unit.set(main_pid=os.getpid(), then=True)
+        result = gate(fake.url, api_key=KEY, unit=unit, wait=0).run()
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert (result["ready"], result["unit_state"]["MainPID"]) == (True, os.getpid())
+    assert unit.calls() == ["systemctl " + SHOW] * 2
+    assert fake.seen() == ["GET /health", "GET /v1/models", "POST /v1/completions"]
+
+
+def test_an_https_server_of_the_unit_is_checked_then_spoken_to_over_tls(tls_origin, unit):
+    """vLLM with --ssl-keyfile: the gate's checked connection carries TLS (the client's context), the key
+    inside it."""
+    tls_origin.route("/health", body=b"").route("/v1/models", body={"data": [{"id": "m"}]})
+    tls_origin.route("/v1/completions", body={"choices": [{"text": " pong"}]}, method="POST")
+    client = HttpClient(timeout=2, retries=0, validate_certs=False)
+    u = _ready.Unit(Runner(), "vllm.service", str(unit.bin / "systemctl"), str(unit.bin / "journalctl"))
+    result = _ready.Gate(client, tls_origin.url, "m", unit=u, api_key=KEY, wait=0).run()
+    assert (result["ready"], result["phase"]) == (True, "ready")
+    assert [(e["path"], e["headers"].get("Authorization")) for e in tls_origin.log()] == [
+        ("/health", None), ("/v1/models", "Bearer " + KEY), ("/v1/completions", "Bearer " + KEY)]
+    # the certificate is still checked on that connection
+    exc, _took = timed(_ready.Gate(HttpClient(timeout=2, retries=0), tls_origin.url, "m", unit=u, wait=30).run)
+    assert isinstance(exc, _ready.ServerRefused) and "certificate" in exc.msg, exc

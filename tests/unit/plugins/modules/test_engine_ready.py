@@ -3,11 +3,13 @@ systemd unit (``systemctl``/``journalctl`` on PATH); the JSON result checked."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ansible_collections.llmfleet.engines.plugins.modules import engine_ready
 from tests.unit.plugins.lookup_fakes import run_module
-from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm
+from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm, ProcessVllm, free_port
 
 KEY = "sk-TOPSECRET-0123456789"
 JOURNAL = ["ValueError: The model's max seq len (131072) is larger than the maximum number of tokens "
@@ -52,7 +54,7 @@ def test_ready_in_check_and_normal_mode(servers, unit, capsys, check_mode):
     assert 0 < result["completion_ms"] < 2000
     assert result["unit_state"] == {
         "ActiveState": "active", "SubState": "running", "ActiveEnterTimestampMonotonic": start_us,
-        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": 0}
+        "ExecMainStartTimestampMonotonic": start_us, "NRestarts": 0, "Result": "success", "MainPID": os.getpid()}
     assert "journal" not in result and "msg" not in result
     assert fake.seen() == ["GET /health", "GET /version", "GET /v1/models", "POST /v1/completions"]
     assert unit.calls() == [SHOW]
@@ -124,6 +126,31 @@ def test_api_key_is_never_in_the_output(servers, capsys):
 
     code, result, out = ready(capsys, url=fake.url, model="m", api_key="sk-other", wait=0)
     assert code == 0 and result["ready"] is True and "sk-other" not in out
+
+
+def test_another_users_server_at_a_node_address_gets_no_key(unit, capsys):
+    """Issue 44, A.1: engine_service_host set to an address of the node (here 127.0.0.2, the unit's vLLM on
+    127.0.0.1 with the same port): another user's server there fails the task and never sees the key; the unit's
+    own server at its address passes."""
+    port = free_port()
+    other = ProcessVllm(user=65534, host="127.0.0.2", port=port, api_key=KEY)
+    own = ProcessVllm(host="127.0.0.1", port=port, api_key=KEY)
+    try:
+        unit.set(main_pid=own.pid)
+        code, result, out = ready(capsys, url=other.url, model="m", api_key=KEY, unit="vllm.service", wait=30)
+        assert code == 1 and result["ready"] is False, result
+        assert result["msg"].startswith(
+            "vLLM at %s (unit vllm.service), model m: 127.0.0.2 port %d is held by process %d (" % (other.url, port,
+                                                                                                  other.pid))
+        assert ", user nobody), not by the unit's main process %d or its children" % own.pid in result["msg"]
+        assert KEY not in out
+        code, result, out = ready(capsys, url=own.url, model="m", api_key=KEY, unit="vllm.service", wait=0)
+        assert code == 0 and result["ready"] is True and KEY not in out
+    finally:
+        other.stop()
+        own.stop()
+    assert other.requests == []
+    assert [r["auth"] for r in own.requests] == [None, "Bearer " + KEY, "Bearer " + KEY]
 
 
 @pytest.mark.parametrize("option, value, msg", [

@@ -62,9 +62,7 @@ class ActionModule(ActionBase):
         started = time.monotonic()
         step, since, tick = "", started, started
         while True:
-            # every interval from the start, however long the questions took
-            tick += args["interval"]
-            time.sleep(max(0.0, tick - time.monotonic()))
+            # asked at once too: a build that ended while the forks followed other nodes waits no interval
             status = self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                           module_args={"jid": args["jid"], "mode": "status", "_async_dir": async_dir})
             if status.get("failed") or status.get("finished"):
@@ -77,15 +75,21 @@ class ActionModule(ActionBase):
                               msg="%s: %s did not end within %d s (the job %s may still run on the node)"
                                   % (host, args["what"], args["timeout"], args["jid"]))
                 return result
-            read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars,
-                                        module_args={"src": args["progress"]})
-            progress = None
-            if not read.get("failed") and "content" in read:
-                try:
-                    progress = json.loads(base64.b64decode(read["content"]).decode("utf-8"))
-                except ValueError:  # caught mid-write: the same step as before
-                    progress = {"step": step}
-            current = step_now(progress, step)
-            if current != step:
-                step, since = current, now
-            display.display(progress_line(args["what"], host, args["steps"], step, now - since, now - started))
+            if tick > started:  # a line per interval, the first after one
+                current = step_now(self._progress(args["progress"], step, task_vars), step)
+                if current != step:
+                    step, since = current, now
+                display.display(progress_line(args["what"], host, args["steps"], step, now - since, now - started))
+            # every interval from the start, however long the questions took
+            tick += args["interval"]
+            time.sleep(max(0.0, tick - time.monotonic()))
+
+    def _progress(self, path, step, task_vars):
+        """The progress file's content; None where there is none."""
+        read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars, module_args={"src": path})
+        if read.get("failed") or "content" not in read:
+            return None
+        try:
+            return json.loads(base64.b64decode(read["content"]).decode("utf-8"))
+        except ValueError:  # read while it was written: the step before
+            return {"step": step}

@@ -60,6 +60,10 @@ attributes:
     support: full
     description: An action plugin; it runs on the controller and calls M(ansible.builtin.async_status) and
       M(ansible.builtin.slurp) on the node.
+notes:
+  - Each node's task holds one of the play's forks until its build ends, so with more nodes than forks the
+    others are followed as forks free up; their builds run meanwhile, and one that has ended is seen at the
+    first question, asked at once.
 seealso:
   - module: llmfleet.engines.uv_engine_env
   - module: ansible.builtin.async_status

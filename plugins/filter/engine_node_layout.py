@@ -4,10 +4,16 @@
 """The engine_node role's decisions about its layout on a node, as filters: the directories it
 makes under ``engine_node_root`` (after the engine_layout module judged them), which environment
 ``current`` names once the run is over, and the role's result (``engine_node_result``), which the
-role's last step and the ``engine_node_plan`` action (a node with nothing to do) both sum up with.
+role's last step and the ``engine_node_plan`` action (a node with nothing to do) both sum up with, and
+the environments and fallback notes a node has (``engine_node_environments``, for state.yml).
 Documentation: one ``<filter>.yml`` per filter beside this file."""
 
 from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -15,6 +21,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._gpu import link_name
+from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import MARKER_NAME, environment_summary
 
 # The role's actions (plan.yml, look.yml): what a node does this run.
 ACTIONS = ("none", "unchanged", "look", "switch", "install")
@@ -165,6 +172,41 @@ def engine_node_stats(result):
     return {result["host"]: {k: v for k, v in result.items() if k not in ("why", "check_mode")}}
 
 
+# auto's note that a build failed its GPU check on a node (change.yml writes it beside the environments)
+NOTE_SUFFIX = ".gpu-check-failed.json"
+
+
+def engine_node_environments(reads, current, pattern):
+    """The environments under ``<root>/engines/vllm`` and auto's fallback notes, from the files state.yml
+    read (``reads``: slurp's loop results, each ``item`` a path and ``content`` its base64 text):
+    ``{environments, notes}``. An environment is a directory whose name matches ``pattern`` holding a
+    marker (read by ``_envdir``, which owns its format), sorted by name; ``current`` is the name the
+    ``current`` link gives. A note is kept as it was written, in the order read."""
+    if not isinstance(reads, list):
+        raise AnsibleFilterError("engine_node_environments: the input must be slurp's loop results (a list), not %r"
+                                 % (reads,))
+    environments, notes = [], []
+    for read in reads:
+        if not isinstance(read, dict) or not isinstance(read.get("item"), str) or "content" not in read:
+            raise AnsibleFilterError("engine_node_environments: each result needs item (the path) and content, not %r"
+                                     % (read,))
+        path = read["item"]
+        is_marker = path.endswith("/" + MARKER_NAME)
+        name = posixpath.basename(posixpath.dirname(path))
+        if not (path.endswith(NOTE_SUFFIX) or (is_marker and re.match(pattern, name))):
+            continue
+        try:
+            data = json.loads(base64.b64decode(read["content"]).decode("utf-8"))
+            if is_marker:
+                environments.append(environment_summary(name, data, current))
+            else:
+                notes.append(data)
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError("engine_node_environments: %s cannot be read as JSON (%s)" % (path, exc))
+    # sorted as Jinja's sort filter did before (without regard to case)
+    return {"environments": sorted(environments, key=lambda env: env["name"].lower()), "notes": notes}
+
+
 class FilterModule:
     """llmfleet.engines filters for the engine_node role's layout on a node."""
 
@@ -174,4 +216,5 @@ class FilterModule:
             "engine_node_now": engine_node_now,
             "engine_node_result": engine_node_result,
             "engine_node_stats": engine_node_stats,
+            "engine_node_environments": engine_node_environments,
         }

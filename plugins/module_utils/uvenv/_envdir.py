@@ -190,6 +190,34 @@ def filesystem_of(directory):
     return os.stat(directory).st_dev
 
 
+def environment_summary(name, marker, current_name):
+    """One environment as the engine_node role's report lists it (``engine_node_state.environments``),
+    from its directory name (``<version>-<build>``) and its marker as parsed JSON.
+
+    What the marker lacks is null, except version and build, which the name gives (a marker without a
+    spec, written before the spec was recorded); ``fleet_lock`` says the spec records the fleet's lock.
+    """
+    if not isinstance(marker, dict):
+        raise ValueError("the marker of %s is not a JSON object" % name)
+    spec = marker.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    lock = marker.get("lock")
+    lock = lock if isinstance(lock, dict) else {}
+    version, _sep, build = name.rpartition("-")
+    return {
+        "name": name,
+        "version": spec.get("version", version if _sep else name),
+        "build": spec.get("build", build),
+        "current": name == current_name,
+        "exclude_newer": spec.get("exclude_newer"),
+        "installed_at": marker.get("installed_at"),
+        "packages": lock.get("packages"),
+        "lock_sha256": lock.get("sha256"),
+        "fleet_lock": "lock_sha256" in spec,
+        "gpu": marker.get("gpu"),
+    }
+
+
 def marker_json(marker):
     return json_file_text(marker) if marker else ""
 

@@ -273,14 +273,15 @@ def engine_report_targets(nodes, gateways=None):
 
 
 # Markdown's own syntax in a value, each character backslash-escaped: '|' would end the cell, '`' open code,
-# '[', ']', '(', ')' and '!' make a link or a remote image (![x](https://...), [a](javascript:...)).
-_MD_SYNTAX = re.compile(r"([|`\[\]()!])")
+# '[' and ']' make a link or a remote image (![x](https://...), [a](javascript:...), [a][ref]): every link and
+# image needs a bracket, so '(', ')' and '!' stay as they are ("0.15.1 (wants 0.20.0)" reads as written).
+_MD_SYNTAX = re.compile(r"([|`\[\]])")
 
 
 def engine_report_md_cell(value):
     """``value`` as the text of one Markdown table cell: HTML's special characters escaped (a Markdown
     page renders raw HTML: a model path with ``<script>`` must stay text), ``|``, backquotes and the
-    characters of links and images (``[ ] ( ) !``) backslash-escaped (they would end the cell, open code,
+    brackets every link and image needs (``[ ]``) backslash-escaped (they would end the cell, open code,
     or make a link or a remote image of a model path), backslashes kept, line breaks - ``\\n``, ``\\r\\n`` and
     a lone ``\\r``, each a line ending to CommonMark - made spaces (they would end the row)."""
     text = "" if value is None else _text(value)

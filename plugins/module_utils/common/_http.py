@@ -671,7 +671,7 @@ def loopback_open(url, method="GET", data=None, headers=None, timeout=30, http_a
 def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
            timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
            allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
-           opener=None, trace=None, tls=None, loopback=None):
+           opener=None, trace=None, tls=None, loopback=None, stay_on_origin=False):
     """``method`` on ``url``, redirects followed by hand under the collection's one policy (see this
     file's docstring): one call of ``opener`` (``open_url`` by default, called as ``open_url`` is)
     per hop, with ``follow_redirects="none"``. Returns the :class:`Answer` of the first answer that
@@ -688,7 +688,9 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
     userinfo), so that a caller can name the host that failed. ``tls``, a callable, gives the TLS context
     of each hop's URL (``opener`` gets it as ``context``; :meth:`HttpClient.context_for`). ``loopback``, an opener
     called as ``opener`` is, sends each hop that is plain http to this node's loopback instead
-    (:func:`loopback_open`; :class:`HttpClient`'s ``direct_loopback``)."""
+    (:func:`loopback_open`; :class:`HttpClient`'s ``direct_loopback``). ``stay_on_origin``: a redirect to
+    another origin than ``url``'s is refused (:class:`RedirectError`), for what a server serves as its own
+    (a cache's files)."""
     opener = opener or open_url
     plain, secret = split_credentials(headers, credential_headers)
     secret.update(credentials or {})
@@ -736,7 +738,14 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
         if status in REDIRECT_STATUSES and location and method in ("GET", "HEAD"):
             close_quietly(raw)
             hops.append((without_userinfo(current), status, resp_headers))
-            current, keep = redirect_target(current, location, followed, carrying, max_redirects)
+            nxt, keep = redirect_target(current, location, followed, carrying, max_redirects)
+            if stay_on_origin and origin(nxt) != origin(url):
+                raise RedirectError(
+                    current, "%s (%s) redirected to %s, another origin: refused, only what %s serves itself is "
+                    "fetched here; the server (or what answers in its place) is misconfigured or hostile"
+                    % (shown_url(current), origin_text(current), shown_url(nxt), origin_text(url)),
+                    location=shown_url(nxt), sender=origin_text(current), status=status)
+            current = nxt
             followed += 1
             carrying = carrying and keep
             continue

@@ -453,14 +453,15 @@ def _reader(resp):
     return read1 if callable(read1) else resp.read
 
 
-def read_body(resp, url, max_bytes, deadline=None, sink=None, hint=None):
+def read_body(resp, url, max_bytes, deadline=None, sink=None, hint=None, allowed=None):
     """``resp``'s body, read to its end within bounds: at most ``max_bytes`` bytes (more raises
     :class:`BodyTooLargeError`, at once when the ``Content-Length`` already says so) and, when ``deadline``
     (a ``time.monotonic()`` value) is given, by then (else :class:`DeadlineError`; each read waits at most the
     connection's time-out, so the answer is given up at most that long after the deadline). ``sink``, a
     callable, gets each piece as it comes and the count is returned; without it, the bytes are. ``hint``:
-    what the operator can do about a refusal, for the message. The message names ``url`` without its
-    userinfo, query or fragment."""
+    what the operator can do about a refusal, for the message; ``allowed``: the seconds the whole request
+    was given, for the message (else those left when the reading began). The message names ``url`` without
+    its userinfo, query or fragment."""
     shown = shown_url(url)
     headers = _lower_headers(getattr(resp, "headers", None))
     announced = _int_or_none(headers.get("content-length"))
@@ -479,7 +480,7 @@ def read_body(resp, url, max_bytes, deadline=None, sink=None, hint=None):
     total = 0
     while True:
         if deadline is not None and time.monotonic() > deadline:
-            waited = deadline - started
+            waited = allowed if allowed is not None else deadline - started
             raise DeadlineError(url, "%s had sent %s of its answer, which had not ended %s s later: given up; is "
                                 "the server (or a proxy) overloaded, or sending slowly on purpose?"
                                 % (shown, size_text(total), _seconds(waited)), waited, total)

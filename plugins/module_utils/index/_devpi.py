@@ -335,7 +335,7 @@ def _read_hashed(url, out, timeout, validate_certs, size=None, stay_on_origin=Fa
     try:
         if resp.status >= 300:
             raise _Status(resp.status, resp.reason)
-        got = read_body(resp, url, max_bytes, deadline, sink=take,
+        got = read_body(resp, url, max_bytes, deadline, sink=take, allowed=seconds,
                         hint="the listing says %s" % ("it has %d bytes" % size if max_bytes == size else
                                                       "nothing of its size, and no wheel is this large"))
     finally:

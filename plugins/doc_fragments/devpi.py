@@ -17,7 +17,10 @@ options:
     type: str
     required: true
   timeout:
-    description: Seconds to wait for each answer.
+    description:
+      - Seconds to wait for each answer (each wait on the network). A whole answer must end within four times
+        this (a file download, plus a second for each MiB of its listed size); an answer of the API longer than
+        32 MiB, or a download longer than its listed size (16 GiB without one), fails the task.
     type: int
     default: 60
   validate_certs:

@@ -14,7 +14,10 @@ class ModuleDocFragment(object):
 options:
   timeout:
     description:
-      - Seconds to wait for each request.
+      - Seconds to wait for each request (each wait on the network).
+      - One attempt, the whole answer included, must end within four times this, however slowly the server
+        sends it (else it is tried again, as after a time-out); an answer longer than 32 MiB fails the task at
+        once (a wrong URL, or a hostile server; the JSON and index pages read here are far smaller).
     type: int
     default: 30
   retries:

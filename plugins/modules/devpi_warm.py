@@ -17,7 +17,13 @@ description:
     fetches a file from its upstream the first time it is asked for it and keeps it; asked one at
     a time here, each file comes from the upstream once, and the nodes that then install the lock
     together find every file and index page in the cache.
-  - A file the cache serves with another sha256 fails the task before any node downloads it.
+  - A file the cache serves with another sha256 fails the task before any node downloads it; the message
+    names the file and the lock's sha256, never the digest of what was served.
+  - Only files on the cache's own origin (the scheme, host and port of O(url)) are fetched; a listing that
+    names a file elsewhere, or a redirect of a listed file to another origin, fails the task before anything
+    is asked there (a hostile cache could otherwise have this host fetch what only it may reach).
+  - Each download is bounded, in bytes (the size the listing gives, else 16 GiB) and in time (four times
+    O(timeout), plus a second for each MiB of the listed size); a body that goes on past either fails the task.
   - Reads only, as far as the fleet is concerned (C(changed) is always false); it also runs in
     check mode (where a server that does not answer yet is not an error). llmfleet.engines.engine_node
     runs it on the controller, once per fleet lock, when C(engine_node_cache_url) is set.
@@ -47,7 +53,9 @@ options:
     required: true
   # replaces the llmfleet.engines.devpi fragment's timeout (default 60): a lock's files take longer
   timeout:
-    description: Seconds to wait for each answer.
+    description:
+      - Seconds to wait for each answer (each wait on the network). A whole download must end within four
+        times this, plus a second for each MiB of the size the listing gives.
     type: int
     default: 600
 """
@@ -138,8 +146,10 @@ def main():
                         entry["name"], entry["version"], ", ".join(p["indexes"]), devpi.shown, p["python_platform"],
                         p["python_version"]), files=files)
             for found in wanted:
+                # a file the cache listed is the cache's own: no redirect to another origin
                 size = fetch_checked(found["url"], found["sha256"], timeout=p["timeout"],
-                                     validate_certs=p["validate_certs"])
+                                     validate_certs=p["validate_certs"], size=found.get("size"),
+                                     stay_on_origin=not entry.get("url"))
                 files.append({"name": entry["name"], "url": found["url"], "sha256": found["sha256"], "bytes": size})
     except DevpiError as exc:
         if module.check_mode and not files:

@@ -120,7 +120,8 @@ options:
     type: str
   timeout:
     description:
-      - Seconds each request may take. A request that times out is "not yet".
+      - Seconds each request may take, its whole answer included (an answer sent slowly counts too). A
+        request that times out is "not yet". An answer longer than 32 MiB fails the gate.
     type: int
     default: 10
   journal_lines:
@@ -319,8 +320,9 @@ def main():
     # The redirect policy holds (api_key only to the engine's own origin, no file://); plain http is
     # allowed for api_key: vLLM serves nothing else, and the gate asks the node's own engine, on its
     # loopback straight through http.client (no proxy, no urllib); any other URL through open_url.
+    # each request, its whole answer included, within timeout: a server that sends slowly is "not yet"
     client = HttpClient(timeout=params["timeout"], retries=0, validate_certs=params["validate_certs"],
-                        allow_plain_http_credentials=True, direct_loopback=True)
+                        allow_plain_http_credentials=True, direct_loopback=True, deadline=params["timeout"])
     gate = _ready.Gate(client, params["url"], params["model"], version=params["version"], unit=unit,
                        deadline=params["deadline"], wait=params["wait"], api_key=params["api_key"],
                        from_unit_start=params["deadline_from"] == "unit_start")

@@ -177,7 +177,7 @@ options:
     elements: str
     default: []
   timeout:
-    description: Seconds for each request of the gate.
+    description: Seconds for each request of the gate, its whole answer included.
     type: int
     default: 30
 attributes:
@@ -313,7 +313,7 @@ def main():
     # the gate's client: no retries (the gate polls), api_key only to the engine's own origin, which is
     # this node's loopback: asked straight through http.client (no proxy, no urllib)
     client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True,
-                        direct_loopback=True)
+                        direct_loopback=True, deadline=p["timeout"])
     look = Look(p, Runner(), module.get_bin_path("systemctl") or "systemctl", client,
                 journalctl=module.get_bin_path("journalctl"), check_mode=module.check_mode)
     module.exit_json(changed=False, **look.look())

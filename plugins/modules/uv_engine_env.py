@@ -235,7 +235,13 @@ options:
     type: path
   keep_cache:
     description:
-      - Keep the uv cache after a successful build. It is always kept after a failure.
+      - Keep the uv cache after a successful build. It is kept after a failure too, so that a re-run goes on from
+        what was downloaded, except after a failed verification (the engine does not import, or verify_command
+        fails), where it is removed unless this is true; what was installed from it is not trusted, and a
+        damaged cache would fail every later build the same way.
+      - The cache is removed one bucket at a time, each renamed to a hidden trash name first; a run killed half way
+        leaves each bucket whole or gone, never half of one uv would install from, and the next build removes
+        the rest.
       - When the cache cannot be removed after a successful build, the task still succeeds (the environment is
         switched in) and a warning names the cache and the error.
     type: bool

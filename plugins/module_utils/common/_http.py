@@ -76,6 +76,18 @@ REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 MAX_REDIRECTS = 10
 #: Headers that carry a credential (lower case): sent only to the origin they were given for.
 CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-devpi-auth", "cookie")
+#: The most bytes an answer read whole may have (:class:`HttpClient`'s default cap): JSON and index pages.
+#: PyPI's largest project JSON and simple pages are a few MiB; a body that goes on past this is a wrong
+#: URL or a hostile server, not an answer to wait for.
+MAX_JSON_BYTES = 32 * 1024 * 1024
+#: The most of an error answer's body read, for its message.
+MAX_ERROR_BYTES = 64 * 1024
+#: One attempt (the request, its redirects and the whole answer) must end within this many times the
+#: client's ``timeout``: the time-out bounds each wait on the socket, and a body sent a byte at a time
+#: never waits that long.
+DEADLINE_TIMEOUTS = 4
+#: The most read at once from an answer's body.
+READ_CHUNK = 64 * 1024
 
 # Patched by the unit tests so that back-off costs no time.
 _sleep = time.sleep
@@ -170,6 +182,24 @@ class RedirectError(HttpError):
 
 class PlainHttpCredentialError(HttpError):
     """A credential would go over plain http to a host that is not this host's loopback."""
+
+
+class BodyTooLargeError(HttpError):
+    """An answer longer than its request's cap (``max_bytes``): not tried again (the same URL would
+    answer the same)."""
+
+    def __init__(self, url, msg, max_bytes):
+        super().__init__(url, msg)
+        self.max_bytes = max_bytes
+
+
+class DeadlineError(HttpError):
+    """An answer that had not ended by its request's deadline (a body sent slowly, or for ever)."""
+
+    def __init__(self, url, msg, seconds, received):
+        super().__init__(url, msg)
+        self.seconds = seconds
+        self.received = received
 
 
 class Response(object):
@@ -407,6 +437,84 @@ def close_quietly(obj):
             pass
 
 
+def size_text(count):
+    """``count`` bytes in words: ``33554432 bytes (32 MiB)``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return "%d bytes (%s %s)" % (count, ("%.1f" % (count / float(size))).rstrip("0").rstrip("."), unit)
+    return "%d bytes" % count
+
+
+def _reader(resp):
+    """A function that reads at most ``n`` bytes of ``resp``'s body, returning what one read of the socket
+    gave (``read1``, where there is one) rather than waiting for all ``n``: a deadline is checked between
+    reads, and a body that comes a byte at a time must not hold one read for ever."""
+    read1 = getattr(resp, "read1", None)
+    return read1 if callable(read1) else resp.read
+
+
+def read_body(resp, url, max_bytes, deadline=None, sink=None, hint=None, allowed=None):
+    """``resp``'s body, read to its end within bounds: at most ``max_bytes`` bytes (more raises
+    :class:`BodyTooLargeError`, at once when the ``Content-Length`` already says so) and, when ``deadline``
+    (a ``time.monotonic()`` value) is given, by then (else :class:`DeadlineError`; each read waits at most the
+    connection's time-out, so the answer is given up at most that long after the deadline). ``sink``, a
+    callable, gets each piece as it comes and the count is returned; without it, the bytes are. ``hint``:
+    what the operator can do about a refusal, for the message; ``allowed``: the seconds the whole request
+    was given, for the message (else those left when the reading began). The message names ``url`` without
+    its userinfo, query or fragment."""
+    shown = shown_url(url)
+    headers = _lower_headers(getattr(resp, "headers", None))
+    announced = _int_or_none(headers.get("content-length"))
+    started = time.monotonic()
+
+    def too_large(what):
+        return BodyTooLargeError(url, "%s %s, more than the %s this request reads: refused, not read further%s"
+                                 % (shown, what, size_text(max_bytes),
+                                    "; " + hint if hint else "; check the URL (a proxy or a login page in "
+                                    "the way?): a server that answers more is broken or hostile"), max_bytes)
+
+    if announced is not None and announced > max_bytes and "content-encoding" not in headers:
+        raise too_large("announces an answer of %s" % size_text(announced))
+    read = _reader(resp)
+    parts = []
+    total = 0
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            waited = allowed if allowed is not None else deadline - started
+            raise DeadlineError(url, "%s had sent %s of its answer, which had not ended %s s later: given up; is "
+                                "the server (or a proxy) overloaded, or sending slowly on purpose?"
+                                % (shown, size_text(total), _seconds(waited)), waited, total)
+        piece = read(min(READ_CHUNK, max_bytes - total + 1))
+        if not piece:
+            break
+        total += len(piece)
+        if total > max_bytes:
+            raise too_large("sent more than %s" % size_text(max_bytes))
+        if sink is None:
+            parts.append(piece)
+        else:
+            sink(piece)
+    return b"".join(parts) if sink is None else total
+
+
+def read_head(resp, limit=MAX_ERROR_BYTES, deadline=None):
+    """At most ``limit`` bytes of ``resp``'s body (an error answer's, for its message): what came by
+    ``deadline`` (``time.monotonic()``), the rest left unread. Never raises."""
+    read = _reader(resp)
+    parts = []
+    total = 0
+    try:
+        while total < limit and (deadline is None or time.monotonic() <= deadline):
+            piece = read(min(READ_CHUNK, limit - total))
+            if not piece:
+                break
+            parts.append(piece)
+            total += len(piece)
+    except Exception:  # pylint: disable=broad-except
+        pass
+    return b"".join(parts)
+
+
 class Answer(object):
     """The answer :func:`follow` stopped at: ``url`` (without userinfo), ``status``, ``reason``,
     ``headers`` (lower-case names), ``hops`` (``(url, status, headers)`` of each redirect followed);
@@ -431,6 +539,15 @@ class Answer(object):
         if self._raw is None:
             return b""
         data = self._raw.read(*args)
+        return b"" if data is None else data
+
+    def read1(self, size=-1):
+        """At most ``size`` bytes of the body, from one read of the connection where the answer can
+        (``read1``): what a deadline between reads needs."""
+        if self._raw is None:
+            return b""
+        read1 = getattr(self._raw, "read1", None)
+        data = read1(size) if callable(read1) else self._raw.read(size)
         return b"" if data is None else data
 
     def readinto(self, buffer):
@@ -507,6 +624,9 @@ class _LoopbackAnswer(object):
     def read(self, *args):
         return self._body.read(*args)
 
+    def read1(self, size=-1):
+        return self._body.read1(size)
+
     def readinto(self, buffer):
         return self._body.readinto(buffer)
 
@@ -574,7 +694,7 @@ def direct_open(url, method="GET", data=None, headers=None, timeout=30, http_age
 def follow(url, method="GET", data=None, headers=None, credentials=None, credential_headers=(),
            timeout=30, validate_certs=True, http_agent=USER_AGENT, decompress=True,
            allow_plain_http_credentials=False, allow_option=None, max_redirects=MAX_REDIRECTS,
-           opener=None, trace=None, tls=None, loopback=None):
+           opener=None, trace=None, tls=None, loopback=None, stay_on_origin=False):
     """``method`` on ``url``, redirects followed by hand under the collection's one policy (see this
     file's docstring): one call of ``opener`` (``open_url`` by default, called as ``open_url`` is)
     per hop, with ``follow_redirects="none"``. Returns the :class:`Answer` of the first answer that
@@ -591,7 +711,9 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
     userinfo), so that a caller can name the host that failed. ``tls``, a callable, gives the TLS context
     of each hop's URL (``opener`` gets it as ``context``; :meth:`HttpClient.context_for`). ``loopback``, an opener
     called as ``opener`` is, sends each hop that is plain http to this node's loopback instead
-    (:func:`loopback_open`; :class:`HttpClient`'s ``direct_loopback``)."""
+    (:func:`loopback_open`; :class:`HttpClient`'s ``direct_loopback``). ``stay_on_origin``: a redirect to
+    another origin than ``url``'s is refused (:class:`RedirectError`), for what a server serves as its own
+    (a cache's files)."""
     opener = opener or open_url
     plain, secret = split_credentials(headers, credential_headers)
     secret.update(credentials or {})
@@ -639,12 +761,24 @@ def follow(url, method="GET", data=None, headers=None, credentials=None, credent
         if status in REDIRECT_STATUSES and location and method in ("GET", "HEAD"):
             close_quietly(raw)
             hops.append((without_userinfo(current), status, resp_headers))
-            current, keep = redirect_target(current, location, followed, carrying, max_redirects)
+            nxt, keep = redirect_target(current, location, followed, carrying, max_redirects)
+            if stay_on_origin and origin(nxt) != origin(url):
+                raise RedirectError(
+                    current, "%s (%s) redirected to %s, another origin: refused, only what %s serves itself is "
+                    "fetched here; the server (or what answers in its place) is misconfigured or hostile"
+                    % (shown_url(current), origin_text(current), shown_url(nxt), origin_text(url)),
+                    location=shown_url(nxt), sender=origin_text(current), status=status)
+            current = nxt
             followed += 1
             carrying = carrying and keep
             continue
         reason = getattr(raw, "reason", "") or ""
         return Answer(without_userinfo(current), status, str(reason), resp_headers, raw, hops)
+
+
+def _seconds(value):
+    """``value`` seconds for a message: ``120``, ``2.5``."""
+    return ("%.1f" % value).rstrip("0").rstrip(".")
 
 
 def http_argument_spec():
@@ -697,12 +831,22 @@ class HttpClient(object):
     ``retries`` is the number of further attempts after the first one; the wait before attempt
     ``n`` (1-based) is ``backoff * 2 ** (n - 1)`` seconds, or the server's ``Retry-After`` when
     that is longer (at most 60 s).
+
+    Every answer read whole is bounded: at most ``max_bytes`` (:data:`MAX_JSON_BYTES` by default; a
+    request may give its own), and one attempt, from the request to the answer's last byte, ends within
+    ``deadline`` seconds (:data:`DEADLINE_TIMEOUTS` times ``timeout`` by default), which a body sent a
+    byte at a time cannot stretch: ``timeout`` alone bounds only each wait on the socket. A longer
+    answer is refused (:class:`BodyTooLargeError`, not tried again); one past the deadline is tried
+    again like a time-out. The body of an error answer is read to at most :data:`MAX_ERROR_BYTES`.
     """
 
     def __init__(self, timeout=30, retries=3, backoff=1.0, validate_certs=True, headers=None,
                  secrets=None, user_agent=USER_AGENT, allow_plain_http_credentials=False,
-                 allow_option=None, credential_headers=(), max_redirects=MAX_REDIRECTS, direct_loopback=False):
+                 allow_option=None, credential_headers=(), max_redirects=MAX_REDIRECTS, direct_loopback=False,
+                 max_bytes=MAX_JSON_BYTES, deadline=None):
         self.timeout = timeout
+        self.max_bytes = int(max_bytes)
+        self.deadline = float(deadline) if deadline is not None else DEADLINE_TIMEOUTS * float(timeout)
         self.retries = max(0, int(retries))
         self.backoff = max(0.0, float(backoff))
         self.validate_certs = validate_certs
@@ -843,9 +987,8 @@ class HttpClient(object):
         status = resp.status
         resp_headers = resp.headers
         try:
-            body = resp.read()
-        except Exception:  # pylint: disable=broad-except
-            body = b""
+            # only what a message needs, and only for so long: an error page can be endless too
+            body = read_head(resp, MAX_ERROR_BYTES, time.monotonic() + self.timeout)
         finally:
             resp.close()
         message = self.redact(server_message(body))
@@ -869,14 +1012,23 @@ class HttpClient(object):
             status, reason, message, resp_headers,
         )
 
-    def _attempt(self, url, headers, method="GET", data=None, opener=None):
+    def _attempt(self, url, headers, method="GET", data=None, opener=None, max_bytes=None):
+        deadline = time.monotonic() + self.deadline
         resp = self.open(url, headers, method, data, opener=opener)
         if resp.status >= 300:
             self.raise_for_status(url, resp)
         try:
             status = resp.getcode() if hasattr(resp, "getcode") else getattr(resp, "status", 200)
             resp_headers = _lower_headers(getattr(resp, "headers", None))
-            body = resp.read()
+            body = read_body(resp, url, self.max_bytes if max_bytes is None else max_bytes, deadline)
+        except BodyTooLargeError as exc:
+            exc.msg = self.redact(exc.msg)
+            exc.args = (exc.msg,)
+            raise
+        except DeadlineError as exc:
+            raise TryAgain("the answer had not ended %s s after the request (%s of it had come; one attempt, "
+                           "the whole answer included, is given %d times timeout)"
+                           % (_seconds(self.deadline), size_text(exc.received), DEADLINE_TIMEOUTS))
         except (socket.timeout, TimeoutError):
             raise TryAgain("timed out reading the answer after %s s" % self.timeout)
         except (http.client.HTTPException, ConnectionError, OSError) as exc:
@@ -897,21 +1049,22 @@ class HttpClient(object):
         return Response(final_url or url, status or 200, resp_headers, body)
 
     # -- public ------------------------------------------------------------------------------
-    def get(self, url, headers=None, opener=None):
+    def get(self, url, headers=None, opener=None, max_bytes=None):
         """GET ``url``: a :class:`Response` with status 2xx, or one of this module's errors."""
-        return self.request("GET", url, headers, opener=opener)
+        return self.request("GET", url, headers, opener=opener, max_bytes=max_bytes)
 
-    def request(self, method, url, headers=None, data=None, opener=None):
+    def request(self, method, url, headers=None, data=None, opener=None, max_bytes=None):
         """``method`` on ``url`` with the body ``data`` (bytes or None), tried again like a GET:
         a :class:`Response` with status 2xx, or one of this module's errors. ``opener`` as :meth:`open`'s
-        (each hop through it: the readiness gate's checks the process its connection reached)."""
+        (each hop through it: the readiness gate's checks the process its connection reached); ``max_bytes``:
+        the most the answer may have (the client's ``max_bytes`` by default)."""
         merged = dict(self.headers)
         merged.update(headers or {})
         attempts = self.retries + 1
         last = None
         for attempt in range(1, attempts + 1):
             try:
-                resp = self._attempt(url, merged, method, data, opener)
+                resp = self._attempt(url, merged, method, data, opener=opener, max_bytes=max_bytes)
                 return resp
             except TryAgain as exc:
                 last = exc
@@ -927,18 +1080,18 @@ class HttpClient(object):
             last.reason,
         )
 
-    def get_json(self, url, headers=None, accept="application/json", opener=None):
+    def get_json(self, url, headers=None, accept="application/json", opener=None, max_bytes=None):
         """GET and decode JSON: ``(data, response)``."""
         merged = {"Accept": accept}
         merged.update(headers or {})
-        return self._decode(url, self.get(url, merged, opener=opener))
+        return self._decode(url, self.get(url, merged, opener=opener, max_bytes=max_bytes))
 
-    def post_json(self, url, payload, headers=None, opener=None):
+    def post_json(self, url, payload, headers=None, opener=None, max_bytes=None):
         """POST ``payload`` as JSON and decode the JSON answer: ``(data, response)``."""
         merged = {"Accept": "application/json", "Content-Type": "application/json"}
         merged.update(headers or {})
         body = json.dumps(payload).encode("utf-8")
-        return self._decode(url, self.request("POST", url, merged, body, opener=opener))
+        return self._decode(url, self.request("POST", url, merged, body, opener=opener, max_bytes=max_bytes))
 
     def _decode(self, url, resp):
         try:

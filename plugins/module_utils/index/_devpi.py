@@ -25,6 +25,12 @@ collection's one redirect policy: http and https only (a listing or a redirect t
 ``file://`` is refused, never opened), the session token (``X-Devpi-Auth``) and the URL's
 credentials only to the server's own origin, at most ``_http.MAX_REDIRECTS`` redirects, and none
 followed for an upload.
+
+A listing names files only on the cache's own origin (``Devpi.project_files`` refuses any other: a hostile
+listing would have this host fetch what only it can reach), and devpi_warm follows no redirect of a listed
+file to another origin. Every download is bounded (``file_limits``: the listed size, else ``MAX_FILE_BYTES``;
+``DEADLINE_TIMEOUTS`` x timeout plus a second a MiB), and a digest that differs is not told: the message
+names the file and the expected digest only.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import uuid
 
 from ansible.module_utils.urls import open_url
@@ -43,11 +50,17 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._builds import at_least, manylinux_glibc
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import (
+    DEADLINE_TIMEOUTS,
+    MAX_ERROR_BYTES,
     HttpClient,
     HttpError,
     NotFoundError,
     follow,
     is_loopback,
+    origin,
+    origin_text,
+    read_body,
+    read_head,
     shown_url,
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import split_userinfo, strip_userinfo
@@ -62,6 +75,11 @@ INDEX_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*"
 # name-version(-build)?-python-abi-platform.whl (PEP 427)
 WHEEL_NAME = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(-[0-9][^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
 CHUNK = 1024 * 1024
+#: The most bytes a file download reads when the listing gives no size: PyPI's largest wheels are a
+#: few GiB; a body that goes on past this is endless, not a wheel.
+MAX_FILE_BYTES = 16 * 1024 * 1024 * 1024
+#: The slowest a file download may be, on average, besides its DEADLINE_TIMEOUTS x timeout: bytes a second.
+MIN_FILE_RATE = 1024 * 1024
 
 
 class DevpiError(LlmfleetError):
@@ -199,8 +217,10 @@ class Devpi(object):
 
     # -- files ---------------------------------------------------------------------------------
     def project_files(self, index, project):
-        """``[{filename, url, sha256}]`` of ``project`` on ``index`` (absolute URLs, without
-        credentials); [] when the index has none."""
+        """``[{filename, url, sha256, size}]`` of ``project`` on ``index`` (absolute URLs, without
+        credentials; ``size`` the listing's, or None); [] when the index has none. A file listed on another
+        origin than the cache's own is refused: the cache serves its files itself, and a listing that sends
+        this host elsewhere (another server, a service on this host's loopback) is hostile."""
         page = "%s/%s/+simple/%s/" % (self.url, index, project)
         try:
             data = self.http.get_json(page, accept=SIMPLE_JSON)[0]
@@ -220,10 +240,17 @@ class Devpi(object):
                                  " files are fetched; the index (or what answers in its place) is broken or"
                                  " hostile" % (self.shown, index, entry["filename"], project, scheme or "(no scheme)",
                                                shown_url(url)))
+            if origin(url) != origin(page):
+                raise DevpiError("%s/%s lists %s of %s on another origin (%s) than the cache's own (%s): refused, "
+                                 "only files the cache serves itself are fetched; the index (or what answers in its "
+                                 "place) is broken or hostile" % (self.shown, index, entry["filename"], project,
+                                                                  origin_text(url), origin_text(page)))
+            size = entry.get("size")
             files.append({
                 "filename": entry["filename"],
                 "url": url,
                 "sha256": ((entry.get("hashes") or {}).get("sha256") or "").lower(),
+                "size": size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None,
             })
         return files
 
@@ -253,7 +280,8 @@ class Devpi(object):
                                 allow_plain_http_credentials=self.allow_plain_http_password,
                                 allow_option="allow_plain_http_password", opener=open_url)
                 try:
-                    text = answer.read()
+                    # only a message is read from it: the first bytes, for so long
+                    text = read_head(answer, MAX_ERROR_BYTES, time.monotonic() + self.timeout)
                 finally:
                     answer.close()
             except HttpError as exc:
@@ -278,28 +306,41 @@ class _Status(Exception):
         self.reason = reason
 
 
-def _read_hashed(url, out, timeout, validate_certs):
+def file_limits(timeout, size=None):
+    """``(max_bytes, seconds)`` of a file download: the listed ``size`` (when one is given, up to
+    :data:`MAX_FILE_BYTES`) or :data:`MAX_FILE_BYTES`, and ``DEADLINE_TIMEOUTS`` times ``timeout`` plus a
+    second for each :data:`MIN_FILE_RATE` bytes of the listed size."""
+    if isinstance(size, int) and 0 <= size <= MAX_FILE_BYTES:
+        return size, DEADLINE_TIMEOUTS * timeout + size / float(MIN_FILE_RATE)
+    return MAX_FILE_BYTES, DEADLINE_TIMEOUTS * timeout
+
+
+def _read_hashed(url, out, timeout, validate_certs, size=None, stay_on_origin=False):
     """GET ``url`` to the end (redirects followed under the policy of ``_http.follow``: http and
-    https only, bounded), writing each chunk to ``out`` when given: ``(sha256 hex, size)``. A
-    status that is not 2xx is raised as ``_Status``; any other error as it came. Credentials in the
-    URL's userinfo go only over https or to the loopback."""
+    https only, bounded; with ``stay_on_origin`` only on ``url``'s origin), writing each chunk to ``out``
+    when given: ``(sha256 hex, size)``. Bounded by :func:`file_limits` (``size`` the listed one): a
+    longer body, or one that has not ended by the deadline, is an ``HttpError``. A status that is not 2xx
+    is raised as ``_Status``; any other error as it came. Credentials in the URL's userinfo go only over
+    https or to the loopback."""
+    max_bytes, seconds = file_limits(timeout, size)
+    deadline = time.monotonic() + seconds
     digest = hashlib.sha256()
-    size = 0
-    resp = follow(url, timeout=timeout, validate_certs=validate_certs, opener=open_url)
+
+    def take(chunk):
+        digest.update(chunk)
+        if out is not None:
+            out.write(chunk)
+
+    resp = follow(url, timeout=timeout, validate_certs=validate_certs, opener=open_url, stay_on_origin=stay_on_origin)
     try:
         if resp.status >= 300:
             raise _Status(resp.status, resp.reason)
-        while True:
-            chunk = resp.read(CHUNK)
-            if not chunk:
-                break
-            digest.update(chunk)
-            if out is not None:
-                out.write(chunk)
-            size += len(chunk)
+        got = read_body(resp, url, max_bytes, deadline, sink=take, allowed=seconds,
+                        hint="the listing says %s" % ("it has %d bytes" % size if max_bytes == size else
+                                                      "nothing of its size, and no wheel is this large"))
     finally:
         resp.close()
-    return digest.hexdigest(), size
+    return digest.hexdigest(), got
 
 
 def _failed(what, shown, exc):
@@ -323,8 +364,9 @@ def download_checked(url, sha256, dest_dir, timeout=60, validate_certs=True):
         raise _failed("downloading", shown, exc)
     if got != sha256.lower():
         os.unlink(path)
-        raise DevpiError("%s (%d bytes) has sha256 %s, not the publisher's %s: nothing was uploaded" % (
-            shown, size, got, sha256.lower()))
+        # the digest of what came is not told: a message must not tell what a URL's bytes hash to
+        raise DevpiError("%s does not have the publisher's sha256 %s: what it served was removed, nothing was "
+                         "uploaded" % (shown, sha256.lower()))
     return path
 
 
@@ -366,14 +408,18 @@ def wheel_fits(filename, python_version, python_platform):
     return any(python_ok(t) for t in pythons) and any(platform_ok(t) for t in platforms)
 
 
-def fetch_checked(url, sha256, timeout=600, validate_certs=True):
-    """GET ``url`` to the end, hashing it: its size, or a DevpiError when the sha256 differs."""
+def fetch_checked(url, sha256, timeout=600, validate_certs=True, size=None, stay_on_origin=False):
+    """GET ``url`` to the end, hashing it: its size, or a DevpiError when the sha256 differs. ``size``:
+    the listed one, the most read (see :func:`file_limits`); ``stay_on_origin``: no redirect to another
+    origin (a cache's own file)."""
     shown = strip_userinfo(url)
     try:
-        got, size = _read_hashed(url, None, timeout, validate_certs)
+        got, read = _read_hashed(url, None, timeout, validate_certs, size, stay_on_origin)
     except Exception as exc:  # pylint: disable=broad-except
         raise _failed("fetching", shown, exc)
     if got != sha256:
-        raise DevpiError("%s serves %s with sha256 %s, not the lock's %s" % (
-            shown.split("/+f/", 1)[0], shown.rsplit("/", 1)[-1], got, sha256))
-    return size
+        # the digest of what came is not told: the listing chose the URL, and no message may tell what
+        # a URL's bytes hash to
+        raise DevpiError("%s serves %s with another sha256 than the lock's %s" % (
+            shown.split("/+f/", 1)[0], shown.rsplit("/", 1)[-1], sha256))
+    return read

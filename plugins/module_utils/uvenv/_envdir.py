@@ -510,10 +510,29 @@ def cache_dir_problem(cache_dir):
         return None
     if not _has_cachedir_tag(cache_dir):
         return "it is not empty and not a uv cache (no %s): it holds %s" % (CACHEDIR_TAG, _names(names))
-    foreign = [name for name in names if name not in _UV_CACHE_FILES and not _UV_CACHE_BUCKET.match(name)]
+    foreign = [name for name in names if not _uvs(name)]
     if foreign:
         return "besides uv's cache it holds %s, which uv does not put there" % _names(foreign)
     return None
+
+
+def _bucket_trash(name):
+    """Whether ``name`` is what ``clear_uv_cache`` renames one of uv's buckets to before deleting it."""
+    match = _TRASH.match(name)
+    return bool(match) and bool(_UV_CACHE_BUCKET.match(match.group("name")))
+
+
+def _uvs(name):
+    """Whether ``name``, at the top of a uv cache, is uv's (or one of its buckets on the way out)."""
+    return name in _UV_CACHE_FILES or bool(_UV_CACHE_BUCKET.match(name)) or _bucket_trash(name)
+
+
+def clear_dead_cache_trash(cache_dir):
+    """Finish what a killed ``clear_uv_cache`` left in ``cache_dir``: the buckets it had renamed to a trash
+    name (whose pid is no live process). uv reads none of them; they are only disk space."""
+    for trash in dead_trash(cache_dir):
+        if _bucket_trash(os.path.basename(trash)):
+            remove_tree(trash)
 
 
 def clear_uv_cache(cache_dir):
@@ -521,16 +540,24 @@ def clear_uv_cache(cache_dir):
     itself once empty (a link to it stays). Returns the entries left: not uv's, so not removed.
 
     A directory without uv's tag is not uv's cache: nothing in it is removed.
+
+    Each bucket is renamed to a trash name first (one atomic step, ``discard_tree``), then deleted: a
+    run killed half way leaves every bucket whole under its own name, or gone, never a half-deleted one
+    that uv would take as its cache and install from without checking its files again. The archives go
+    last, after the buckets that point into them. What a killed run left is removed here and before the
+    next build (``clear_dead_cache_trash``).
     """
     if not os.path.isdir(cache_dir):
         return []
     names = os.listdir(cache_dir)
     if names and not _has_cachedir_tag(cache_dir):
         return sorted(names)
-    foreign = sorted(name for name in names if name not in _UV_CACHE_FILES and not _UV_CACHE_BUCKET.match(name))
-    for name in names:
-        if _UV_CACHE_BUCKET.match(name):
-            remove_tree(os.path.join(cache_dir, name))
+    foreign = sorted(name for name in names if not _uvs(name))
+    buckets = sorted((name for name in names if _UV_CACHE_BUCKET.match(name)),
+                     key=lambda name: (name.startswith("archive-"), name))
+    for name in buckets:
+        discard_tree(os.path.join(cache_dir, name))
+    clear_dead_cache_trash(cache_dir)
     if foreign:
         return foreign
     for name in (".gitignore", ".lock", CACHEDIR_TAG):  # the tag last: it says whose the rest is

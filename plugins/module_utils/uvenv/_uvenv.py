@@ -67,7 +67,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels im
     JIT_CACHE, flashinfer_version, given_lock_problems, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines,
     kernel_problems, kernels_wanted)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import (
-    BUILD_TOKEN_NAME, cache_dir_problem, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
+    BUILD_TOKEN_NAME, cache_dir_problem, clear_dead_cache_trash, clear_uv_cache, filesystem_of, foreign_debris, foreign_debris_warning,
     start_partial)
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import (
     CleanupFailed, NotAnEnvironment, OptionError)
@@ -571,10 +571,17 @@ class EngineEnv:
         cache_lock = None
         ok = False
         made_partial = False
+        unproven = False  # the verification failed: what uv installed from its cache is not to be trusted
         try:
             os.makedirs(os.path.dirname(self.cache_dir) or "/", exist_ok=True)
             cache_lock = PathLock(self.cache_dir + ".lock", p["lock_timeout"], shared=True)
             cache_lock.acquire()
+            # the buckets a killed removal had renamed away: uv never reads them, the disk gets them back
+            try:
+                clear_dead_cache_trash(self.cache_dir)
+            except OSError as exc:
+                self.warnings.append("what a killed run left of uv's cache in %s could not be removed (%s)"
+                                     % (self.cache_dir, exc))
             run = self.runner_factory((lock.fd, cache_lock.fd), lock.note_command)
             env = self.uv_env()
             python_bin = os.path.join(self.partial, "bin", "python")
@@ -653,7 +660,13 @@ class EngineEnv:
                         "beside it (%s); they stay copies" % (self.shared["failed"], self.partial, ", ".join(
                             "%s: %d" % item for item in sorted(self.shared["errors"].items()))))
             with timed("verify"):
-                verified = self._verify(run, python_bin, remaining("verify"))
+                try:
+                    verified = self._verify(run, python_bin, remaining("verify"))
+                except VerifyFailed as exc:
+                    unproven = True
+                    exc.msg = "%s %s" % (exc.msg, self._cache_after_failed_verify())
+                    exc.args = (exc.msg,)
+                    raise
             gpu_result = {"skipped": True, "reason": "gpu_check is false"}
             gpu_check = gpu_check_mode(p.get("gpu_check"))
             if gpu_check:
@@ -698,10 +711,20 @@ class EngineEnv:
                                          "next run removes it" % (self.partial, exc))
             progress.remove()
             if cache_lock is not None:
-                if ok and not p.get("keep_cache"):
+                # after a failed verification too: a damaged cache (a removal killed half way, a file changed
+                # in it) would be installed from again, unchecked, by every later build
+                if (ok or unproven) and not p.get("keep_cache"):
                     self._drop_cache(cache_lock)
                 cache_lock.release()
         return marker, entries
+
+    def _cache_after_failed_verify(self):
+        """What happens to uv's cache after a failed verification, for the error's message."""
+        if self.p.get("keep_cache"):
+            return ("uv's cache %s is kept (keep_cache): if it is damaged, every build installs the same; remove it "
+                    "to have the next run download everything again" % self.cache_dir)
+        return ("uv's cache %s is removed (unless another install is using it): what was installed from it is not "
+                "trusted, and the next run downloads everything again, checked against the lock" % self.cache_dir)
 
     def _resolve_kernels(self, uv, python_bin, lock_file, header, reqs, entries, version):
         """The second resolution (``_kernels``): the same requirements and FlashInfer's kernels at

@@ -34,7 +34,7 @@ class _Resp:
         self.headers = email.message.Message()
         for key, value in reply.headers.items():
             self.headers[key] = value
-        self._body = reply.body
+        self._body = io.BytesIO(reply.body)
         self._read_error = reply.read_error
 
     def getcode(self):
@@ -43,10 +43,11 @@ class _Resp:
     def geturl(self):
         return self._url
 
-    def read(self):
+    def read(self, size=-1):
+        # as http.client's answer reads: at most ``size`` bytes, b"" at the end
         if self._read_error is not None:
             raise self._read_error
-        return self._body
+        return self._body.read(size)
 
     def close(self):
         pass

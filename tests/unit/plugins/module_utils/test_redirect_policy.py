@@ -44,8 +44,9 @@ class _Resp(object):
     def getcode(self):
         return self.status
 
-    def read(self, *_args):
-        body, self.body = self.body, b""
+    def read(self, size=-1):
+        size = len(self.body) if size is None or size < 0 else size
+        body, self.body = self.body[:size], self.body[size:]
         return body
 
     def close(self):

@@ -583,7 +583,8 @@ def test_a_failed_step_leaves_the_old_environment_and_no_partial(tmp_path, uv_bi
     assert "line 2" not in exc.value.msg
     assert exc.value.details["failed_step"] == step
     assert (root / "0.11.0" / _envdir.MARKER_NAME).read_text() == marker
-    assert sorted(os.listdir(str(root))) == [".uv-cache.lock", "0.11.0", "0.11.0.lock"]
+    # a failed verification drops uv's cache (and its lock file) too: what it installed is not trusted
+    assert sorted(os.listdir(str(root))) == ([] if kind == "verify" else [".uv-cache.lock"]) + ["0.11.0", "0.11.0.lock"]
 
 
 def test_expect_refuses_the_lock_before_installing(tmp_path, uv_bin):
@@ -1083,3 +1084,93 @@ def test_free_gb_is_needed_on_each_filesystem_written_to(tmp_path, uv_bin, monke
     # enough everywhere: the build goes on
     result = flow(tmp_path, uv_bin, FakeUv(), free_gb=4.0, cache_dir=str(scratch / "uv-cache")).present()
     assert result["changed"] is True
+
+
+# -- uv's cache: renamed to a trash name before it is deleted, dropped after a failed verification (issue 44, 19)
+
+class Killed(BaseException):
+    """What SIGKILL does to a run half way through deleting a tree, as far as the disk can tell."""
+
+
+def bucket_files(cache):
+    """Every file under each of uv's buckets in ``cache``, by bucket (trash names left out)."""
+    found = {}
+    for name in sorted(os.listdir(str(cache))):
+        if _envdir._UV_CACHE_BUCKET.match(name):
+            top = os.path.join(str(cache), name)
+            found[name] = sorted(os.path.relpath(os.path.join(d, f), top) for d, _s, fs in os.walk(top) for f in fs)
+    return found
+
+
+def fill_uv_cache(cache):
+    make_uv_cache(str(cache))
+    for bucket, files in (("archive-v0", ["abc/vllm/__init__.py", "abc/vllm/_C.so", "abc/torch/lib.so"]),
+                          ("wheels-v5", ["pypi/vllm/vllm-0.11.0.http", "pypi/torch/torch-2.8.0.http"])):
+        for rel in files:
+            path = cache / bucket / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("uv's " + rel)
+
+
+@pytest.mark.parametrize("after", [1, 2, 4])
+def test_a_drop_killed_half_way_leaves_no_half_bucket_under_its_name(tmp_path, monkeypatch, after):
+    cache = tmp_path / "cache"
+    fill_uv_cache(cache)
+    whole = bucket_files(cache)
+    real_unlink = os.unlink
+    done = []
+
+    def unlink(path, *args, **kwargs):
+        if len(done) == after:
+            raise Killed()
+        done.append(path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    with pytest.raises(Killed):
+        _envdir.clear_uv_cache(str(cache))
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    left = bucket_files(cache)
+    assert done  # the kill came in the middle of deleting files
+    for bucket, files in left.items():
+        assert files == whole[bucket], "%s is half deleted under its own name: uv would install from it" % bucket
+    # the archives go last: no bucket is left pointing into archives that are gone
+    assert "archive-v0" in left or left == {}
+    # what was renamed away is uv's, for the next check; the next drop (or build) finishes it
+    assert _envdir.cache_dir_problem(str(cache)) is None
+
+
+def test_what_a_killed_drop_left_is_removed_before_the_next_build(tmp_path, uv_bin):
+    cache = tmp_path / "engines" / "vllm" / ".uv-cache"
+    fill_uv_cache(cache)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.rename(str(cache / "archive-v0"), str(cache / (".archive-v0.trash-%d" % pid)))
+    seen = {}
+    fake = FakeUv(on={"install": lambda argv: seen.setdefault("names", sorted(os.listdir(str(cache))))})
+    flow(tmp_path, uv_bin, fake, keep_cache=True).present()
+    assert ".archive-v0.trash-%d" % pid not in seen["names"]
+    assert "wheels-v5" in seen["names"]  # kept: keep_cache, and nothing of it was half gone
+
+
+def test_a_failed_verification_drops_the_cache(tmp_path, uv_bin):
+    cache = tmp_path / "engines" / "vllm" / ".uv-cache"
+    fake = FakeUv(fail={"verify": (1, "", "ImportError: vllm/_C.so: invalid ELF header\n")},
+                  on={"install": lambda argv: fill_uv_cache(cache)})
+    with pytest.raises(_errors.VerifyFailed) as exc:
+        flow(tmp_path, uv_bin, fake).present()
+    assert not cache.exists()
+    assert exc.value.msg.endswith("uv's cache %s is removed (unless another install is using it): what was installed "
+                                  "from it is not trusted, and the next run downloads everything again, checked "
+                                  "against the lock" % cache)
+
+
+def test_a_failed_verification_keeps_the_cache_with_keep_cache_and_says_so(tmp_path, uv_bin):
+    cache = tmp_path / "engines" / "vllm" / ".uv-cache"
+    fake = FakeUv(fail={"verify": (1, "", "ImportError: boom\n")}, on={"install": lambda argv: fill_uv_cache(cache)})
+    with pytest.raises(_errors.VerifyFailed) as exc:
+        flow(tmp_path, uv_bin, fake, keep_cache=True).present()
+    assert bucket_files(cache)["archive-v0"]
+    assert "uv's cache %s is kept (keep_cache): if it is damaged" % cache in exc.value.msg

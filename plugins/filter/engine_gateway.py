@@ -48,6 +48,7 @@ DEFAULTS = {
     "socket": "/run/llmfleet-gateway/admin.sock",
     "state_file": "/var/lib/llmfleet-gateway/servers.state",
     "metrics_port": 8405,
+    "metrics_allow": [],
     "tls_certificate": "",
     "timeout_connect": 5,
     "timeout_client": 600,
@@ -95,6 +96,21 @@ def _address(value):
         return None
 
 
+def _network(value):
+    """An IP address or network (``10.0.0.0/24``), as HAProxy's ``src`` takes it; None when it is not one."""
+    if not isinstance(value, str) or "/" in value and not value.split("/", 1)[1].isdigit():
+        return None
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        return None
+
+
+# Who reads the exporter when engine_gateway_metrics_allow is empty: the gateway itself (a Prometheus there,
+# or an SSH tunnel). The metrics name every server, its address and its load: not for anyone on the network.
+METRICS_LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
 def _bind(address, port):
     return ("[%s]:%d" % (address, port)) if ":" in address else ("%s:%d" % (address, port))
 
@@ -128,8 +144,15 @@ def engine_gateway_problems(values):
         out.append("%s is %s, allowed: empty (no TLS), or the absolute path of a PEM file with the certificate and "
                    "its key on the gateway (letters, digits and ._:/@+=-)" % (VARIABLES["tls_certificate"], _json(cert)))
     retry_on = merged["retry_on"]
-    if not isinstance(retry_on, list) or any(str(item) not in RETRY_ON_ALLOWED for item in retry_on):
-        out.append("%s is %s, allowed: a list of %s" % (VARIABLES["retry_on"], _json(retry_on), ", ".join(RETRY_ON_ALLOWED)))
+    # an empty list would render a bare "retry-on", which haproxy -c refuses: no retry is retries: 0
+    if not isinstance(retry_on, list) or not retry_on or any(str(item) not in RETRY_ON_ALLOWED for item in retry_on):
+        out.append("%s is %s, allowed: a list of at least one of %s (no retry at all: engine_gateway_retries: 0)"
+                   % (VARIABLES["retry_on"], _json(retry_on), ", ".join(RETRY_ON_ALLOWED)))
+    allow = merged["metrics_allow"]
+    if not isinstance(allow, list) or any(_network(item) is None for item in allow):
+        out.append("%s is %s, allowed: a list of IP addresses or networks (10.0.0.5, 10.0.0.0/24, 2001:db8::/64) that "
+                   "may read the metrics besides the gateway itself; empty: the gateway itself only"
+                   % (VARIABLES["metrics_allow"], _json(allow)))
     out.extend(_model_problems(merged["models"], _whole(merged["metrics_port"], 1, 65535)))
     return out
 
@@ -298,10 +321,14 @@ def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
         "    timeout http-keep-alive 10s",
         "    timeout check 5s",
         "",
-        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors",
+        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors; only for the",
+        "# gateway itself and engine_gateway_metrics_allow (anyone else: 403)",
         "frontend llmfleet_metrics",
         "    bind %s" % _bind(bind, n["metrics_port"]),
         "    http-request set-log-level silent",
+        "    acl llmfleet_metrics_clients src %s" % " ".join(
+            list(METRICS_LOOPBACK) + [_network(item) for item in merged["metrics_allow"]]),
+        "    http-request deny deny_status 403 if !llmfleet_metrics_clients",
         "    http-request use-service prometheus-exporter if { path /metrics }",
         "    http-request return status 404",
     ]
@@ -326,7 +353,10 @@ def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
             "    retry-on %s" % " ".join(str(item) for item in merged["retry_on"]),
             "    retries %d" % n["retries"],
             "    option redispatch 1",
+            "    # init-addr: a node's name the gateway cannot resolve leaves that server in maintenance (MAINT",
+            "    # (resolution), which haproxy_info names), not the whole gateway unable to start or reload",
             "    default-server inter %ds fall %d rise %d maxconn %d observe layer7 error-limit %d on-error mark-down"
+            " init-addr last,libc,none"
             % (n["check_interval"], n["check_fall"], n["check_rise"], n["server_maxconn"], n["error_limit"]),
         ]
         for host, address, port in served[name]:

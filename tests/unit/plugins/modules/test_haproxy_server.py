@@ -1,0 +1,105 @@
+"""haproxy_server and haproxy_info against a fake HAProxy admin socket (tests/fake_haproxy.py: HAProxy's
+commands, formats, admin bits and answers): an operator's maintenance is never ended by a rollout, a ready of
+"what the rollout drained" touches only the servers the record lists, a drain that would take a model off the
+gateway while its other servers are drained or down is refused (or said), and a server the gateway could not
+resolve is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+
+import pytest
+
+from ansible_collections.llmfleet.engines.plugins.modules import haproxy_info, haproxy_server
+from tests.fake_haproxy import RMAINT, FakeHaproxy
+from tests.unit.plugins.lookup_fakes import run_module, warnings_text
+
+QWEN = "llmfleet_qwen"
+
+
+@pytest.fixture()
+def gateway():
+    # a short directory: a Unix socket's path is at most 107 bytes
+    folder = tempfile.mkdtemp(prefix="hp")
+    fake = FakeHaproxy(folder + "/admin.sock", {
+        QWEN: {"node-1": "10.0.0.1:8000", "node-2": "10.0.0.2:8000", "node-3": "10.0.0.3:8000"},
+        "llmfleet_small": {"node-1": "10.0.0.1:8001"}})
+    fake.dir = folder
+    try:
+        yield fake
+    finally:
+        fake.stop()
+        shutil.rmtree(folder)
+
+
+def server(capsys, gateway, **args):
+    args = dict({"socket": gateway.path}, **args)
+    return run_module(haproxy_server.main, args, capsys)[:2]
+
+
+def test_a_server_in_maintenance_is_neither_made_ready_nor_drained_by_a_rollout(capsys, gateway):
+    gateway.answer("set server %s/node-2 state maint" % QWEN)
+    for state in ("ready", "drain"):
+        code, result = server(capsys, gateway, servers=["%s/node-2" % QWEN, "%s/node-1" % QWEN], state=state)
+        assert code == 0, result
+        assert result["maint"] == ["%s/node-2" % QWEN], result
+        assert any("node-2 is in maintenance" in w and "left as it is" in w for w in warnings_text(result)), result
+        assert gateway.admin("%s/node-2" % QWEN) == "maint"
+    assert gateway.admin("%s/node-1" % QWEN) == "drain"
+    assert not any(c.endswith("node-2 state ready") or c.endswith("node-2 state drain") for c in gateway.commands)
+
+
+def test_the_rollouts_record_makes_ready_only_what_a_rollout_drained(capsys, gateway):
+    mark = gateway.dir + "/rollout-drained.json"
+    code, result = server(capsys, gateway, servers=["%s/node-1" % QWEN], state="drain", mark=mark)
+    assert code == 0 and result["changed"], result
+    assert json.loads(open(mark, encoding="utf-8").read()) == ["%s/node-1" % QWEN]
+    # an operator drains node-2 by hand: not the rollout's
+    gateway.answer("set server %s/node-2 state drain" % QWEN)
+
+    code, info = run_module(haproxy_info.main, {"socket": gateway.path, "mark": mark}, capsys)[:2]
+    assert code == 0 and info["marked"] == ["%s/node-1" % QWEN], info
+
+    names = ["%s/node-1" % QWEN, "%s/node-2" % QWEN]
+    code, check = server(capsys, gateway, servers=names, state="ready", mark=mark, only_marked=True,
+                         _ansible_check_mode=True)
+    assert code == 0 and check["changed"] and check["readied"] == ["%s/node-1" % QWEN], check
+    assert gateway.admin("%s/node-1" % QWEN) == "drain"
+
+    code, result = server(capsys, gateway, servers=names, state="ready", mark=mark, only_marked=True)
+    assert code == 0 and result["readied"] == ["%s/node-1" % QWEN], result
+    assert gateway.admin("%s/node-1" % QWEN) == "ready" and gateway.admin("%s/node-2" % QWEN) == "drain"
+    assert json.loads(open(mark, encoding="utf-8").read()) == []
+    code, again = server(capsys, gateway, servers=names, state="ready", mark=mark, only_marked=True)
+    assert code == 0 and not again["changed"] and gateway.admin("%s/node-2" % QWEN) == "drain", again
+
+
+def test_a_drain_that_would_leave_a_model_with_no_server_in_rotation_is_refused_or_said(capsys, gateway):
+    mark = gateway.dir + "/rollout-drained.json"
+    # node-1 and node-2 in the same batch: node-3 is down
+    gateway.server("%s/node-3" % QWEN).health = "DOWN"
+    code, first = server(capsys, gateway, servers=["%s/node-1" % QWEN], state="drain", mark=mark, drain_last=False)
+    assert code == 0 and first["changed"], first
+    code, refused = server(capsys, gateway, servers=["%s/node-2" % QWEN], state="drain", mark=mark, drain_last=False)
+    assert code == 1 and refused["failed"] and refused["last"] == [QWEN], refused
+    assert "not draining %s/node-2" % QWEN in refused["msg"] and "no other server in rotation" in refused["msg"]
+    assert "%s/node-1 DRAIN (drain)" % QWEN in refused["msg"] and "%s/node-3 DOWN (ready)" % QWEN in refused["msg"]
+    assert gateway.admin("%s/node-2" % QWEN) == "ready"
+    assert json.loads(open(mark, encoding="utf-8").read()) == ["%s/node-1" % QWEN]
+    # asked for, it drains, and says so
+    code, forced = server(capsys, gateway, servers=["%s/node-2" % QWEN], state="drain", mark=mark, drain_last=True)
+    assert code == 0 and gateway.admin("%s/node-2" % QWEN) == "drain", forced
+    assert any("no other server in rotation" in w for w in warnings_text(forced)), forced
+    # the only server of a model: drained, said
+    code, alone = server(capsys, gateway, servers=["llmfleet_small/node-1"], state="drain", drain_last=False)
+    assert code == 0 and any("llmfleet_small has no other server" in w for w in warnings_text(alone)), alone
+
+
+def test_a_server_the_gateway_could_not_resolve_is_named(capsys, gateway):
+    gateway.server("%s/node-3" % QWEN).admin |= RMAINT
+    code, info = run_module(haproxy_info.main, {"socket": gateway.path}, capsys)[:2]
+    assert code == 0 and info["unresolved"] == ["%s/node-3" % QWEN], info
+    assert any("could not resolve the address of its server %s/node-3" % QWEN in w for w in warnings_text(info)), info
+    assert [row["status"] for row in info["servers"] if row["server"] == "node-3"] == ["MAINT (resolution)"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -369,7 +370,8 @@ def engine_gateway_drains(hostvars, gateways, host, units):
     """What ``host``'s rollout drains on each gateway: for each of ``gateways`` (inventory names) whose
     engine_gateway_fleet holds ``host``, ``{gateway, socket, servers}`` with ``servers`` the ``<backend>/<host>`` of
     the models of ``units`` (``llmfleet-vllm-<name>.service``) that the gateway fronts, and the gateway's state file
-    (saved after each change, so that a reload of the gateway keeps a drain); gateways with none left out."""
+    (saved after each change, so that a reload of the gateway keeps a drain) and the record of the rollout's drains
+    (``mark``); gateways with none left out. ``host`` None: every gateway of ``gateways``, ``servers`` empty."""
     names = []
     for unit in units or []:
         unit = str(unit)
@@ -382,15 +384,22 @@ def engine_gateway_drains(hostvars, gateways, host, units):
         except KeyError:
             raise AnsibleFilterError("engine_gateway_drains: the gateway %s is not a host of the inventory" % _json(gateway))
         fleet = variables.get("engine_gateway_fleet")
-        if fleet is not None and host not in fleet:
+        if host is not None and fleet is not None and host not in fleet:
             continue
         fronted = {entry.get("name") for entry in variables.get("engine_gateway_models") or [] if isinstance(entry, dict)}
         servers = ["%s%s/%s" % (BACKEND_PREFIX, name, host) for name in names if name in fronted]
-        if servers:
+        # host None: every gateway, with no server (what site.yml reads once per gateway)
+        if servers or host is None:
+            state_file = str(variables.get("engine_gateway_state_file") or DEFAULTS["state_file"])
             out.append({"gateway": str(gateway), "socket": str(variables.get("engine_gateway_socket") or DEFAULTS["socket"]),
-                        "state_file": str(variables.get("engine_gateway_state_file") or DEFAULTS["state_file"]),
-                        "servers": servers})
+                        "state_file": state_file, "mark": mark_file(state_file), "servers": servers})
     return out
+
+
+def mark_file(state_file):
+    """The record of the servers a rollout drained (haproxy_server's ``mark``), beside the gateway's state file
+    (the directory engine_gateway makes root's alone)."""
+    return posixpath.join(posixpath.dirname(state_file) or "/", "rollout-drained.json")
 
 
 class FilterModule:

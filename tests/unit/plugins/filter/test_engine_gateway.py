@@ -221,14 +221,21 @@ def test_a_rollout_drains_the_servers_of_the_units_that_stop_on_the_gateways_tha
     units = ["llmfleet-vllm-qwen.service", "llmfleet-vllm-small.service"]
     assert drains(hostvars, ["gw", "gw2", "gw3"], "node-1", units) == [
         {"gateway": "gw", "socket": "/run/llmfleet-gateway/admin.sock", "servers": ["llmfleet_qwen/node-1"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"},
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"},
         {"gateway": "gw2", "socket": "/run/gw2.sock", "servers": ["llmfleet_small/node-1"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"},
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"},
     ]
     # gw3 fronts node-2 only
     assert drains(hostvars, ["gw3"], "node-2", units) == [
         {"gateway": "gw3", "socket": "/run/llmfleet-gateway/admin.sock", "servers": ["llmfleet_qwen/node-2"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"}]
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"}]
+    # what site.yml reads once per gateway: every gateway, its socket and the rollout's record
+    assert [(d["gateway"], d["socket"], d["mark"], d["servers"]) for d in drains(hostvars, ["gw", "gw2"], None, None)] == [
+        ("gw", "/run/llmfleet-gateway/admin.sock", "/var/lib/llmfleet-gateway/rollout-drained.json", []),
+        ("gw2", "/run/gw2.sock", "/var/lib/llmfleet-gateway/rollout-drained.json", [])]
     assert drains(hostvars, [], "node-1", units) == []
     assert drains(hostvars, ["gw2"], "node-1", ["llmfleet-vllm-qwen.service"]) == []
     with pytest.raises(AnsibleFilterError, match="the gateway \"ghost\" is not a host"):

@@ -11,12 +11,22 @@ import shutil
 import tempfile
 
 import pytest
+from ansible.module_utils import _internal
+from ansible.module_utils.common import warnings
 
 from ansible_collections.llmfleet.engines.plugins.modules import haproxy_info, haproxy_server
 from tests.fake_haproxy import RMAINT, FakeHaproxy
 from tests.unit.plugins.lookup_fakes import run_module, warnings_text
 
 QWEN = "llmfleet_qwen"
+
+
+@pytest.fixture(autouse=True)
+def module_side(monkeypatch):
+    """The modules' warnings reach their result only on the module's side (a test that imported controller code
+    earlier in the process sets is_controller for it): these tests do not depend on their order."""
+    monkeypatch.setattr(_internal, "is_controller", False)
+    monkeypatch.setattr(warnings, "_global_warnings", {})
 
 
 @pytest.fixture()

@@ -122,3 +122,12 @@ def test_a_server_a_rollout_left_drained_is_made_ready_by_the_next_run_and_a_han
     gateway.fake.answer("set server %s state maint" % gateway.name)
     again = node.play(gateways={"gw1": gateway.vars})
     assert again.rc == 0 and gateway.fake.admin(gateway.name) == "maint", again.explain()
+    assert again.result["warnings"] == [], again.result
+
+    # a gateway that cannot be asked: the node serves, and the run says so
+    unreachable = dict(gateway.vars, engine_gateway_socket=gateway.dir + "/nothing-here.sock")
+    down = node.play(gateways={"gw1": unreachable})
+    assert down.rc == 0 and node.main_pid(unit) == pid, down.explain()
+    (warning,) = down.result["warnings"]
+    assert warning.startswith("making ready on gw1 the servers a rollout left drained (%s) failed: " % gateway.name)
+    assert "nothing-here.sock did not answer" in warning, warning

@@ -6,15 +6,21 @@ resolve is named."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 
 import pytest
 from ansible.module_utils import _internal
 from ansible.module_utils.common import warnings
 
 from ansible_collections.llmfleet.engines.plugins.modules import haproxy_info, haproxy_server
+from tests.conftest import COLLECTIONS
 from tests.fake_haproxy import RMAINT, FakeHaproxy
 from tests.unit.plugins.lookup_fakes import run_module, warnings_text
 
@@ -113,3 +119,35 @@ def test_a_server_the_gateway_could_not_resolve_is_named(capsys, gateway):
     assert code == 0 and info["unresolved"] == ["%s/node-3" % QWEN], info
     assert any("could not resolve the address of its server %s/node-3" % QWEN in w for w in warnings_text(info)), info
     assert [row["status"] for row in info["servers"] if row["server"] == "node-3"] == ["MAINT (resolution)"]
+
+
+def test_two_drains_at_once_are_one_after_the_other_under_the_gateways_lock(gateway):
+    """A batch drains several nodes at once: each drain reads, decides and sets under the lock beside the record,
+    so the second sees the first's drain (and refuses to drain the model's last server in rotation)."""
+    mark = gateway.dir + "/rollout-drained.json"
+    gateway.server("%s/node-3" % QWEN).health = "DOWN"
+    env = dict(os.environ, PYTHONPATH=str(COLLECTIONS) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def drain(name):
+        args = {"ANSIBLE_MODULE_ARGS": {"socket": gateway.path, "servers": ["%s/%s" % (QWEN, name)], "state": "drain",
+                                        "mark": mark, "drain_last": False}}
+        path = "%s/args-%s.json" % (gateway.dir, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(args, handle)
+        return subprocess.Popen([sys.executable, "-m", "ansible_collections.llmfleet.engines.plugins.modules.haproxy_server",
+                                 path], stdout=subprocess.PIPE, text=True, env=env)
+
+    fd = os.open(mark + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        runs = [drain("node-1"), drain("node-2")]
+        time.sleep(1.5)
+        # both wait for the lock: nothing read, nothing set
+        assert all(proc.poll() is None for proc in runs) and gateway.commands == []
+    finally:
+        os.close(fd)
+    results = [json.loads(proc.communicate(timeout=60)[0]) for proc in runs]
+    # whichever came first drained; the other saw it and drained nothing
+    assert sorted(bool(r.get("failed")) for r in results) == [False, True], results
+    assert sorted(gateway.admin("%s/%s" % (QWEN, n)) for n in ("node-1", "node-2")) == ["drain", "ready"]
+    assert len(json.loads(open(mark, encoding="utf-8").read())) == 1

@@ -276,3 +276,16 @@ def test_haproxy_accepts_what_is_rendered(tmp_path, values):
     checked = subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "Configuration file is valid" in checked.stdout + checked.stderr
+
+
+def test_haproxy_starts_with_a_node_it_cannot_resolve_and_names_that_server(tmp_path):
+    # an inventory name (the address by default) the gateway's resolver does not know (.invalid never resolves)
+    hostvars = dict(HOSTVARS, **{"n3.invalid": {"engine_service_models": [{"name": "qwen", "port": 8000}],
+                                                "engine_service_host": "0.0.0.0"}})
+    text = cfg({"models": MODELS, "socket": str(tmp_path / "admin.sock"), "state_file": str(tmp_path / "servers.state")},
+               fleet_of(hostvars, ["node-1", "node-2", "n3.invalid"]), "gw")
+    path = tmp_path / "haproxy.cfg"
+    path.write_text(text)
+    checked = subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "'server llmfleet_qwen/n3.invalid' : could not resolve address 'n3.invalid'" in checked.stderr, checked.stderr

@@ -170,6 +170,22 @@ def survey_args(args):
     return out
 
 
+def gateway_reasons(host, reads):
+    """Why a node is not settled on the gateways: each server of ``host`` that a gateway still holds drained by a
+    rollout (``reads``: the results of site.yml's haproxy_info, once per gateway, each with its ``item.gateway``
+    and ``marked``). A gateway that could not be read says nothing here (engine_gateway's play fails it)."""
+    out = []
+    for read in reads or []:
+        if not isinstance(read, dict):
+            continue
+        mine = [str(name) for name in read.get("marked") or [] if str(name).rpartition("/")[2] == host]
+        if mine:
+            gateway = (read.get("item") or {}).get("gateway") or "a gateway"
+            out.append("the gateway %s holds %s drained since a rollout that did not make it ready (made ready after"
+                       " a passing gate)" % (gateway, ", ".join(mine)))
+    return out
+
+
 def summary(host, environment, units, gates):
     """engine_service_result of a settled node: what the role's last step (report.yml) sets."""
     return {"host": host, "current": environment, "mode": "steady", "rolled_back": False, "error": None,
@@ -183,7 +199,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("node", "environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
                              "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
                              "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
-                             "lock_dir", "refresh"))
+                             "lock_dir", "refresh", "gateway_read"))
 
     def _variable(self, name, task_vars, known=None):
         """The role's variable ``name``, templated (KeyError when it is not set); ``known``, a dict, keeps each
@@ -287,7 +303,7 @@ class ActionModule(ActionBase):
 
     def _verdict(self, result, host, args, module_args, survey, reasons=()):
         """Sum up a settled node, or say why it takes the full way."""
-        reasons = list(reasons) + list(survey.get("reasons") or [])
+        reasons = list(reasons) + list(survey.get("reasons") or []) + gateway_reasons(host, args.get("gateway_read"))
         if survey.get("settled") and not reasons:
             models = list(args.get("models") or [])
             need_shm = module_args["need_shm"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -48,6 +49,7 @@ DEFAULTS = {
     "socket": "/run/llmfleet-gateway/admin.sock",
     "state_file": "/var/lib/llmfleet-gateway/servers.state",
     "metrics_port": 8405,
+    "metrics_allow": [],
     "tls_certificate": "",
     "timeout_connect": 5,
     "timeout_client": 600,
@@ -95,6 +97,21 @@ def _address(value):
         return None
 
 
+def _network(value):
+    """An IP address or network (``10.0.0.0/24``), as HAProxy's ``src`` takes it; None when it is not one."""
+    if not isinstance(value, str) or "/" in value and not value.split("/", 1)[1].isdigit():
+        return None
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        return None
+
+
+# Who reads the exporter when engine_gateway_metrics_allow is empty: the gateway itself (a Prometheus there,
+# or an SSH tunnel). The metrics name every server, its address and its load: not for anyone on the network.
+METRICS_LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
 def _bind(address, port):
     return ("[%s]:%d" % (address, port)) if ":" in address else ("%s:%d" % (address, port))
 
@@ -128,8 +145,15 @@ def engine_gateway_problems(values):
         out.append("%s is %s, allowed: empty (no TLS), or the absolute path of a PEM file with the certificate and "
                    "its key on the gateway (letters, digits and ._:/@+=-)" % (VARIABLES["tls_certificate"], _json(cert)))
     retry_on = merged["retry_on"]
-    if not isinstance(retry_on, list) or any(str(item) not in RETRY_ON_ALLOWED for item in retry_on):
-        out.append("%s is %s, allowed: a list of %s" % (VARIABLES["retry_on"], _json(retry_on), ", ".join(RETRY_ON_ALLOWED)))
+    # an empty list would render a bare "retry-on", which haproxy -c refuses: no retry is retries: 0
+    if not isinstance(retry_on, list) or not retry_on or any(str(item) not in RETRY_ON_ALLOWED for item in retry_on):
+        out.append("%s is %s, allowed: a list of at least one of %s (no retry at all: engine_gateway_retries: 0)"
+                   % (VARIABLES["retry_on"], _json(retry_on), ", ".join(RETRY_ON_ALLOWED)))
+    allow = merged["metrics_allow"]
+    if not isinstance(allow, list) or any(_network(item) is None for item in allow):
+        out.append("%s is %s, allowed: a list of IP addresses or networks (10.0.0.5, 10.0.0.0/24, 2001:db8::/64) that "
+                   "may read the metrics besides the gateway itself; empty: the gateway itself only"
+                   % (VARIABLES["metrics_allow"], _json(allow)))
     out.extend(_model_problems(merged["models"], _whole(merged["metrics_port"], 1, 65535)))
     return out
 
@@ -298,10 +322,14 @@ def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
         "    timeout http-keep-alive 10s",
         "    timeout check 5s",
         "",
-        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors",
+        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors; only for the",
+        "# gateway itself and engine_gateway_metrics_allow (anyone else: 403)",
         "frontend llmfleet_metrics",
         "    bind %s" % _bind(bind, n["metrics_port"]),
         "    http-request set-log-level silent",
+        "    acl llmfleet_metrics_clients src %s" % " ".join(
+            list(METRICS_LOOPBACK) + [_network(item) for item in merged["metrics_allow"]]),
+        "    http-request deny deny_status 403 if !llmfleet_metrics_clients",
         "    http-request use-service prometheus-exporter if { path /metrics }",
         "    http-request return status 404",
     ]
@@ -326,7 +354,10 @@ def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
             "    retry-on %s" % " ".join(str(item) for item in merged["retry_on"]),
             "    retries %d" % n["retries"],
             "    option redispatch 1",
+            "    # init-addr: a node's name the gateway cannot resolve leaves that server in maintenance (MAINT",
+            "    # (resolution), which haproxy_info names), not the whole gateway unable to start or reload",
             "    default-server inter %ds fall %d rise %d maxconn %d observe layer7 error-limit %d on-error mark-down"
+            " init-addr last,libc,none"
             % (n["check_interval"], n["check_fall"], n["check_rise"], n["server_maxconn"], n["error_limit"]),
         ]
         for host, address, port in served[name]:
@@ -339,7 +370,8 @@ def engine_gateway_drains(hostvars, gateways, host, units):
     """What ``host``'s rollout drains on each gateway: for each of ``gateways`` (inventory names) whose
     engine_gateway_fleet holds ``host``, ``{gateway, socket, servers}`` with ``servers`` the ``<backend>/<host>`` of
     the models of ``units`` (``llmfleet-vllm-<name>.service``) that the gateway fronts, and the gateway's state file
-    (saved after each change, so that a reload of the gateway keeps a drain); gateways with none left out."""
+    (saved after each change, so that a reload of the gateway keeps a drain) and the record of the rollout's drains
+    (``mark``); gateways with none left out. ``host`` None: every gateway of ``gateways``, ``servers`` empty."""
     names = []
     for unit in units or []:
         unit = str(unit)
@@ -352,15 +384,22 @@ def engine_gateway_drains(hostvars, gateways, host, units):
         except KeyError:
             raise AnsibleFilterError("engine_gateway_drains: the gateway %s is not a host of the inventory" % _json(gateway))
         fleet = variables.get("engine_gateway_fleet")
-        if fleet is not None and host not in fleet:
+        if host is not None and fleet is not None and host not in fleet:
             continue
         fronted = {entry.get("name") for entry in variables.get("engine_gateway_models") or [] if isinstance(entry, dict)}
         servers = ["%s%s/%s" % (BACKEND_PREFIX, name, host) for name in names if name in fronted]
-        if servers:
+        # host None: every gateway, with no server (what site.yml reads once per gateway)
+        if servers or host is None:
+            state_file = str(variables.get("engine_gateway_state_file") or DEFAULTS["state_file"])
             out.append({"gateway": str(gateway), "socket": str(variables.get("engine_gateway_socket") or DEFAULTS["socket"]),
-                        "state_file": str(variables.get("engine_gateway_state_file") or DEFAULTS["state_file"]),
-                        "servers": servers})
+                        "state_file": state_file, "mark": mark_file(state_file), "servers": servers})
     return out
+
+
+def mark_file(state_file):
+    """The record of the servers a rollout drained (haproxy_server's ``mark``), beside the gateway's state file
+    (the directory engine_gateway makes root's alone)."""
+    return posixpath.join(posixpath.dirname(state_file) or "/", "rollout-drained.json")
 
 
 class FilterModule:

@@ -89,6 +89,13 @@ options:
   refresh:
     description: C(engine_service_model_refresh); true - no kept lock is used (the hub is asked again).
     type: bool
+  gateway_read:
+    description:
+      - What site.yml read once per gateway (the results of M(llmfleet.engines.haproxy_info) with its C(mark), each
+        with C(item.gateway)). A server of this node that a gateway holds drained since a rollout makes the node not
+        settled - its full way makes the server ready after a passing gate. Left out - the gateways are not asked.
+    type: list
+    elements: dict
   gpus:
     description: The node's GPUs (M(llmfleet.engines.gpu_probe)'s C(gpus)), when a model is placed on them.
     type: list

@@ -15,6 +15,12 @@ description:
     Reads every server of every backend of the HAProxy the C(engine_gateway) role runs (C(show stat) on its
     admin socket): its status (UP, DOWN, DRAIN, MAINT), the sessions it holds and its last health check. The
     fleet report (C(playbooks/report.yml)) shows them per gateway.
+  - >-
+    A server whose address the gateway could not resolve (C(MAINT (resolution)): the configuration's
+    C(init-addr none) keeps the gateway running without it) is named in a warning.
+  - >-
+    With O(mark), also which servers a rollout drained and left drained (RV(marked)): site.yml reads them once
+    per gateway and run, and a node with such a server is not settled.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -29,6 +35,10 @@ options:
     type: list
     elements: str
     default: []
+  mark:
+    description:
+      - The record of the servers a rollout drained (C(llmfleet.engines.haproxy_server)'s O(llmfleet.engines.haproxy_server#module:mark)).
+    type: path
   timeout:
     description:
       - Seconds the command on the socket may take.
@@ -93,6 +103,17 @@ servers:
       type: int
   sample: [{"backend": "llmfleet_qwen", "server": "node-3", "status": "UP", "current": 2, "queued": 0,
             "total": 1520, "check": "L7OK", "address": "10.0.0.3:8000", "weight": 1}]
+marked:
+  description: With O(mark), the servers (C(<backend>/<server>)) it lists that the gateway still holds drained.
+  returned: always
+  type: list
+  elements: str
+  sample: [llmfleet_qwen/node-3]
+unresolved:
+  description: The servers (C(<backend>/<server>)) in maintenance for want of an address.
+  returned: always
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -106,16 +127,30 @@ def main():
         argument_spec=dict(
             socket=dict(type="path", default="/run/llmfleet-gateway/admin.sock"),
             backends=dict(type="list", elements="str", default=[]),
+            mark=dict(type="path"),
             timeout=dict(type="int", default=10),
         ),
         supports_check_mode=True,
     )
+    p = module.params
+    marked = []
     try:
-        rows = _haproxy.servers(module.params["socket"], module.params["timeout"])
+        rows = _haproxy.servers(p["socket"], p["timeout"])
+        if p["mark"]:
+            marks = _haproxy.read_marks(p["mark"])
+            if marks:
+                admin = _haproxy.admin_states(p["socket"], p["timeout"])
+                marked = [name for name in marks if admin.get(name) == "drain"]
     except LlmfleetError as exc:
         module.fail_json(msg=exc.msg, **exc.details)
-    wanted = module.params["backends"]
-    module.exit_json(changed=False, servers=[row for row in rows if not wanted or row["backend"] in wanted])
+    wanted = p["backends"]
+    rows = [row for row in rows if not wanted or row["backend"] in wanted]
+    unresolved = ["%s/%s" % (row["backend"], row["server"]) for row in rows if "resolution" in str(row["status"])]
+    for name in unresolved:
+        module.warn("the gateway (%s) could not resolve the address of its server %s: it is in maintenance until it "
+                    "resolves (set engine_gateway_address or ansible_host of that node to an address the gateway "
+                    "resolves)" % (p["socket"], name))
+    module.exit_json(changed=False, servers=rows, marked=marked, unresolved=unresolved)
 
 
 if __name__ == "__main__":

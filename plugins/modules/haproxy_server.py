@@ -29,6 +29,18 @@ description:
     gateway does not put a drained server back in rotation. With O(servers) empty it only saves.
   - Every server named must be known to the gateway; otherwise the task fails naming the ones it
     lacks and the ones it has, before any state is changed.
+  - >-
+    A server in maintenance (C(MAINT), set by hand through the socket) is left as it is whatever O(state) asks
+    (V(ready) would put it in rotation, V(drain) would end the maintenance): it is returned in RV(maint), with a
+    warning.
+  - >-
+    O(mark) records which servers a rollout drained (added by V(drain), removed by V(ready)), so that a later run
+    makes ready only those (O(only_marked)), never a drain made by hand. The read, the decision and the change
+    are made under a lock beside it (C(<mark>.lock)), so that two nodes drained at once see each other's drain.
+  - >-
+    A drain that would leave a backend with other servers but none of them in rotation (UP and ready: the model
+    would be off the gateway while the rest of the fleet is drained or down) fails before anything is drained,
+    unless O(drain_last); a drain of a backend's only server, and one let through by O(drain_last), warn.
 author:
   - llmfleet maintainers (@llmfleet)
 options:
@@ -57,6 +69,24 @@ options:
     description:
       - A file to write every server's state to (root-only, replaced atomically) after the change.
     type: path
+  mark:
+    description:
+      - A file (root-only JSON list, replaced atomically) of the servers a rollout drained - O(state=drain) adds
+        the servers it drains, O(state=ready) removes the servers named. Its directory must exist. Also the lock's
+        path less C(.lock).
+    type: path
+  only_marked:
+    description:
+      - With O(state=ready), only the servers named that O(mark) lists and the gateway holds drained are made
+        ready; the others are left as they are. Needs O(mark).
+    type: bool
+    default: false
+  drain_last:
+    description:
+      - With O(state=drain), V(false) refuses a drain that leaves a backend with other servers but none in
+        rotation. V(true) drains it with a warning.
+    type: bool
+    default: true
   timeout:
     description:
       - Seconds each command on the socket may take.
@@ -129,6 +159,21 @@ saved:
   description: How many servers' states were written to O(save_state) (0 when not given, or in check mode).
   returned: always
   type: int
+maint:
+  description: The servers named that are in maintenance, left as they are.
+  returned: always
+  type: list
+  elements: str
+readied:
+  description: With O(state=ready), the servers that were drained and are made ready (would be, in check mode).
+  returned: always
+  type: list
+  elements: str
+last:
+  description: When a drain is refused (O(drain_last=false)), the backends it would have left with no server in rotation.
+  returned: failure
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -141,6 +186,17 @@ def _view(row):
     return {key: row[key] for key in ("backend", "server", "status", "current", "queued")}
 
 
+def _last_words(socket_path, alone, last):
+    out = []
+    for entry in alone:
+        out.append("%s has no other server on the gateway (%s): its requests fail while this node is drained"
+                   % (entry["backend"], socket_path))
+    for entry in last:
+        out.append("%s has no other server in rotation on the gateway (%s): %s" % (
+            entry["backend"], socket_path, ", ".join("%s %s" % item for item in sorted(entry["servers"].items()))))
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -149,6 +205,9 @@ def main():
             state=dict(type="str", choices=list(_haproxy.STATES)),
             wait_idle=dict(type="int", default=0),
             save_state=dict(type="path"),
+            mark=dict(type="path"),
+            only_marked=dict(type="bool", default=False),
+            drain_last=dict(type="bool", default=True),
             timeout=dict(type="int", default=10),
         ),
         required_one_of=[("state", "save_state")],
@@ -156,30 +215,53 @@ def main():
     )
     p = module.params
     names = p["servers"]
+    state = p["state"]
     if p["wait_idle"] < 0 or p["timeout"] < 1:
         module.fail_json(msg="haproxy_server: wait_idle must be 0 or more and timeout 1 or more (got %d and %d)"
                          % (p["wait_idle"], p["timeout"]))
+    if p["only_marked"] and (state != "ready" or not p["mark"]):
+        module.fail_json(msg="haproxy_server: only_marked is for state=ready with a mark (the servers a rollout "
+                             "drained), not state=%s and mark=%s" % (state, p["mark"]))
     try:
         for name in names:
             _haproxy.split_name(name)
-        before = _haproxy.find(_haproxy.servers(p["socket"], p["timeout"]), names)
-        admin = _haproxy.admin_states(p["socket"], p["timeout"]) if names else {}
-        state = p["state"]
-        changing = [name for name in names if state and admin.get(name, "ready") != state]
-        result = dict(changed=bool(changing), servers=[_view(row) for row in before], busy=[], waited=0.0, saved=0)
-        if module._diff and changing:
-            result["diff"] = dict(
-                before="".join("%s: %s\n" % (name, admin.get(name, "ready")) for name in names),
-                after="".join("%s: %s\n" % (name, state if name in changing else admin.get(name, "ready"))
-                              for name in names))
-        if module.check_mode:
-            module.exit_json(**result)
-        # every server named is set (HAProxy takes the same state again as a no-op): what the bits said a
-        # moment ago may have moved since
-        for name in names if state else []:
-            _haproxy.set_state(p["socket"], name, state, p["timeout"])
+        # read, decide and set under the gateway's lock: two nodes' drains at once see each other's
+        with _haproxy.held(p["mark"] if not module.check_mode else None):
+            known = _haproxy.servers(p["socket"], p["timeout"])
+            before = _haproxy.find(known, names)
+            admin = _haproxy.admin_states(p["socket"], p["timeout"]) if names else {}
+            marks = _haproxy.read_marks(p["mark"]) if p["mark"] else []
+            planned = _haproxy.plan(known, admin, names, state, marks, p["only_marked"])
+            changing = planned["set"]
+            result = dict(changed=bool(changing), servers=[_view(row) for row in before], busy=[], waited=0.0, saved=0,
+                          maint=planned["maint"], readied=changing if state == "ready" else [])
+            warnings = ["%s is in maintenance (set by hand): left as it is, not %s" % (name, "drained" if state == "drain"
+                                                                                      else "made ready")
+                        for name in planned["maint"] if state in ("drain", "ready")]
+            if state == "drain" and planned["wanted"]:
+                alone, last = _haproxy.last_ones(known, admin, planned["wanted"])
+                if last and not p["drain_last"]:
+                    module.fail_json(msg="haproxy_server: not draining %s: %s. Nothing was drained; drain_last=true "
+                                         "drains it anyway" % (", ".join(planned["wanted"]),
+                                                               "; ".join(_last_words(p["socket"], [], last))),
+                                     last=[entry["backend"] for entry in last], **result)
+                warnings += _last_words(p["socket"], alone, last)
+            for warning in warnings:
+                module.warn(warning)
+            if module._diff and changing:
+                result["diff"] = dict(
+                    before="".join("%s: %s\n" % (name, admin.get(name, "ready")) for name in names),
+                    after="".join("%s: %s\n" % (name, state if name in changing else admin.get(name, "ready"))
+                                  for name in names))
+            if module.check_mode:
+                module.exit_json(**result)
+            # every server wanted is set (HAProxy takes the same state again as a no-op)
+            for name in planned["wanted"] if state else []:
+                _haproxy.set_state(p["socket"], name, state, p["timeout"])
+            if p["mark"] and state and planned["marks"] != sorted(set(marks)):
+                _haproxy.write_marks(p["mark"], planned["marks"])
         rows = _haproxy.find(_haproxy.servers(p["socket"], p["timeout"]), names)
-        if state in ("drain", "maint") and p["wait_idle"] > 0 and names:
+        if state in ("drain", "maint") and p["wait_idle"] > 0 and planned["wanted"]:
             idle, waited, rows = _haproxy.wait_idle(p["socket"], names, p["wait_idle"])
             result["waited"] = waited
             if not idle:

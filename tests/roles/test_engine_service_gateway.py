@@ -25,6 +25,7 @@ import urllib.request
 
 import pytest
 
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
 from tests.haproxy_gateway import Gateway
 from tests.roles.conftest import http_json
 from tests.unit.plugins.vllm_fakes import FakeVllm
@@ -168,3 +169,30 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
     assert node.main_pid(unit) == pid and node.current() == OLD
     assert gateway.statuses()["node"][0] != "DRAIN"
     assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states
+
+
+def test_a_drain_an_interrupted_rollout_left_is_made_ready_by_the_next_run(node, fleet):
+    """The rollout was cut after its drain (saved to the state file and the gateway's record): the next run,
+    steady, makes the server ready after its gate; the other server, drained by hand, stays drained."""
+    model, gateway, _other = fleet
+    node.make_env(*OLD.split("-"))
+    node.set_current(OLD)
+    first = node.play(gateways=gateway_vars(gateway, model))
+    assert first.rc == 0, first.explain()
+    gateway.wait_up("node", "other")
+    name = "%s/node" % gateway.backend
+    mark = gateway.dir / "rollout-drained.json"
+    assert _haproxy.command(gateway.socket, "set server %s state drain" % name).strip() == ""
+    mark.write_text(json.dumps([name]))
+    _haproxy.save_state(gateway.socket, gateway.state_file)
+    assert _haproxy.command(gateway.socket, "set server %s/other state drain" % gateway.backend).strip() == ""
+
+    run = node.play(gateways=gateway_vars(gateway, model))
+    assert run.rc == 0 and run.result["mode"] == "steady", run.explain()
+    assert _haproxy.admin_states(gateway.socket)[name] == "ready"
+    assert _haproxy.admin_states(gateway.socket)["%s/other" % gateway.backend] == "drain"
+    assert json.loads(mark.read_text()) == []
+    gateway.wait_up("node")
+    # and it stays ready across a reload of the gateway (the state file was saved with it)
+    gateway.reload()
+    assert _haproxy.admin_states(gateway.socket)[name] == "ready"

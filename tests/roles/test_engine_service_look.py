@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
+import tempfile
 import time
 
 import yaml
 
+from tests.fake_haproxy import FakeHaproxy
 from tests.roles.conftest import REPO
 from tests.roles.test_engine_service_models import commit_of, hub_vars, pinned, snapshot_dir
 
@@ -47,14 +50,18 @@ def site(tmp_path, node):
     engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     # the play's own ends too: a settled node leaves the play by its end_host, not by each step's condition
+    # the gateways' read too (once per gateway, run_once): the looks take what it found
     steps = [t for t in engine["tasks"]
              if _role_step(t).get("name") == ROLE or _role_step(t).get("tasks_from") == "plan"
-             or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t]
-    assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta") or "group_by" for t in steps] == [
-        "look_node", "plan", "end_host", "end_host", "look", "end_host", "systemd", "stage", "group_by"], steps
+             or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t or "llmfleet.engines.haproxy_info" in t]
+    assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
+            or ("haproxy_info" if "llmfleet.engines.haproxy_info" in t else "group_by") for t in steps] == [
+        "haproxy_info", "look_node", "plan", "end_host", "end_host", "look", "end_host", "systemd", "stage",
+        "group_by"], steps
+    assert steps[0]["run_once"] is True, steps[0]
     # the first look is imported, its defaults the role's own (public: false), the other steps included
-    assert steps[0]["ansible.builtin.import_role"]["public"] is False, steps[0]
-    assert "public" not in steps[4]["ansible.builtin.include_role"], steps[4]
+    assert steps[1]["ansible.builtin.import_role"]["public"] is False, steps[1]
+    assert "public" not in steps[5]["ansible.builtin.include_role"], steps[5]
     # engine_node's private facts, which the full way's prune reads (the plan below sets engine_node_result)
     facts = node._engine_node_facts(False, None, ENV)  # pylint: disable=protected-access
     engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False, "vars": engine["vars"],
@@ -289,3 +296,44 @@ def test_without_kept_locks_the_hub_pins_each_run_and_the_look_goes_on_and_a_bad
 def stat_mode(path):
     st = path.stat()
     return st.st_uid, st.st_mode & 0o777
+
+
+def test_a_server_a_rollout_left_drained_on_the_gateway_unsettles_the_node_until_it_is_made_ready(node, tmp_path):
+    """The hourly look reads each gateway once (run_once, whatever the number of nodes) and finds a node whose
+    server a rollout drained and never made ready (an interrupted rollout) not settled; its full way makes the
+    server ready after the steady gate. A drain made by hand, of another server, is left alone."""
+    node.make_env(*ENV.split("-"))
+    node.set_current(ENV)
+    models = node.models
+    extra = dict(engine_service_steady_timeout=3, engine_service_lock_wait=0, **NODE)
+    playbook = site(tmp_path, node)
+    folder = tempfile.mkdtemp(prefix="gw")  # a Unix socket's path is at most 107 bytes
+    backend = "llmfleet_" + models[0]["name"]
+    fake = FakeHaproxy(folder + "/admin.sock", {backend: {"node": "127.0.0.1:%d" % models[0]["port"],
+                                                          "other": "127.0.0.1:1"}})
+    gateways = {"gw": {"engine_gateway_models": [{"name": models[0]["name"], "port": 1}],
+                       "engine_gateway_socket": folder + "/admin.sock",
+                       "engine_gateway_state_file": folder + "/servers.state"}}
+    mark = pathlib.Path(folder) / "rollout-drained.json"
+    try:
+        first = node.play(models, extra_vars=extra, playbook=playbook, gateways=gateways)
+        assert first.rc == 0 and fake.admin(backend + "/node") == "ready", first.explain()
+        run = node.play(models, extra_vars=extra, playbook=playbook, gateways=gateways)
+        assert run.rc == 0 and looked(run)["settled"] is True and full_way(run) == 0, run.explain()
+        reads = [t for t in run.task("Read which servers a rollout left drained") if t["status"] != "skipped"]
+        assert len(reads) == 1, reads
+
+        fake.answer("set server %s/node state drain" % backend)
+        mark.write_text(json.dumps([backend + "/node"]))
+        fake.answer("set server %s/other state drain" % backend)
+        run = node.play(models, extra_vars=extra, playbook=playbook, gateways=gateways)
+        assert run.rc == 0 and looked(run)["settled"] is False, run.explain()
+        assert any("holds %s/node drained since a rollout" % backend in r for r in looked(run)["reasons"]), looked(run)
+        assert full_way(run) == 1 and run.verbs("start", "stop", "restart") == [], run.explain()
+        assert fake.admin(backend + "/node") == "ready" and json.loads(mark.read_text()) == []
+        assert fake.admin(backend + "/other") == "drain"
+        run = node.play(models, extra_vars=extra, playbook=playbook, gateways=gateways)
+        assert run.rc == 0 and looked(run)["settled"] is True, run.explain()
+    finally:
+        fake.stop()
+        shutil.rmtree(folder)

@@ -15,15 +15,18 @@ talks to the network: the socket is on the gateway host, root-only.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
+import json
 import os
 import re
 import socket
 import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._fs import write_atomic, write_json_atomic
 
 STATES = ("ready", "drain", "maint")
 # HAProxy's proxy and server names: letters, digits and "-_.:" (cfgparse's invalid_char check)
@@ -185,3 +188,85 @@ def save_state(path, state_file, timeout=10.0):
         raise HaproxyError("haproxy: the directory of the state file %s does not exist" % state_file)
     write_atomic(state_file, (text if text.endswith("\n") else text + "\n").encode("utf-8"), mode=0o600)
     return len([line for line in lines[1:] if line.strip() and not line.startswith("#")])
+
+
+# The servers a rollout drained and has not made ready yet (the "mark", a root-only JSON list beside the state
+# file): what a later run makes ready after a passing gate. A drain an operator made through the socket is not
+# in it, and is left alone.
+def read_marks(mark):
+    """The server names (``backend/server``) listed in ``mark``; empty when it does not exist."""
+    try:
+        with open(mark, "rb") as handle:
+            data = json.loads(handle.read(1 << 20).decode("utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise HaproxyError("haproxy: the rollout's record of drained servers %s cannot be read: %s" % (mark, exc))
+    if not isinstance(data, list) or not all(isinstance(name, str) for name in data):
+        raise HaproxyError("haproxy: the rollout's record of drained servers %s is not a list of names" % mark)
+    return data
+
+
+def write_marks(mark, names):
+    directory = os.path.dirname(mark) or "."
+    if not os.path.isdir(directory):
+        raise HaproxyError("haproxy: the directory of the rollout's record %s does not exist" % mark)
+    write_json_atomic(mark, sorted(set(names)), mode=0o600)
+
+
+@contextlib.contextmanager
+def held(mark):
+    """The gateway's lock (``<mark>.lock``, flock) for the read, decide and set of one change: two nodes'
+    drains at once (a batch of the rollout) see each other's, and the record is not written by two at once."""
+    if not mark:
+        yield
+        return
+    fd = os.open(mark + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _in_rotation(row, admin):
+    name = "%s/%s" % (row["backend"], row["server"])
+    return admin.get(name, "ready") == "ready" and str(row["status"]).startswith("UP")
+
+
+def last_ones(known, admin, names):
+    """For a drain of ``names``: ``(alone, last)``, the backends where no other server exists (the model's only
+    server: its requests fail while it is out) and those where other servers exist but none of them is in
+    rotation (UP and ready) - draining would take the model off the gateway while it is UP elsewhere
+    (another node of the same batch drained, a node down). Each ``{backend, servers: {name: status}}``."""
+    alone, last = [], []
+    for backend in sorted({split_name(name)[0] for name in names}):
+        others = [row for row in known if row["backend"] == backend and "%s/%s" % (backend, row["server"]) not in names]
+        if not others:
+            alone.append({"backend": backend, "servers": {}})
+        elif not any(_in_rotation(row, admin) for row in others):
+            last.append({"backend": backend, "servers": {
+                "%s/%s" % (backend, row["server"]): "%s (%s)" % (row["status"], admin.get(
+                    "%s/%s" % (backend, row["server"]), "ready")) for row in others}})
+    return alone, last
+
+
+def plan(known, admin, names, state, marks=None, only_marked=False):
+    """What a change of ``names`` to ``state`` does, on what the gateway holds (``known``: servers(),
+    ``admin``: admin_states()): ``{set: [names to set], maint: [names left in maintenance], marks: [the record
+    after it]}``. A server an operator put in maintenance is left there whatever ``state`` asks (the rollout's
+    drain would end the maintenance, its ready put it in rotation); with ``only_marked``, a ready is for the
+    servers the record lists (a rollout drained them), never an operator's drain."""
+    find(known, names)
+    marks = list(marks or [])
+    maint = [name for name in names if admin.get(name) == "maint"]
+    wanted = [name for name in names if name not in maint]
+    if only_marked:
+        wanted = [name for name in wanted if name in marks and admin.get(name) == "drain"]
+    to_set = [name for name in wanted if state and admin.get(name, "ready") != state]
+    if state == "drain":
+        marks = sorted(set(marks) | set(wanted))
+    elif state == "ready":
+        # named servers leave the record: made ready, or left in an operator's maintenance, or no longer drained
+        marks = sorted(set(marks) - set(names))
+    return {"set": to_set, "maint": maint, "wanted": wanted, "marks": marks}

@@ -646,3 +646,29 @@ def test_before_the_plan_node_must_give_the_plans_options(tmp_path, node):
     assert calls == [] and res["failed"] is True
     assert res["msg"].startswith("host n1: engine_service_look: node must give the engine_node plan's version,"
                                  " build, package and root")
+
+
+# -- the gateways' record of a rollout's drains (site.yml reads it once per gateway) ------------------------
+
+def gateway_read(*marked, gateway="gw-1"):
+    """A result of site.yml's haproxy_info loop, as registered: its item and the servers it found drained."""
+    return {"item": {"gateway": gateway, "socket": "/run/llmfleet-gateway/admin.sock", "servers": []},
+            "servers": [], "marked": list(marked), "unresolved": [], "changed": False}
+
+
+def test_a_server_a_rollout_left_drained_on_a_gateway_makes_a_serving_node_not_settled(tmp_path):
+    # after the plan
+    args = role_args(gateway_read=[gateway_read("llmfleet_chat/n10", "llmfleet_chat/other"),
+                                   gateway_read("llmfleet_chat/n1", gateway="gw-2"), {"failed": True, "msg": "x"}])
+    res, calls = _run(args, settled_survey(unit_names(args)))
+    assert len(calls) == 1 and res["settled"] is False and "ansible_stats" not in res, res
+    assert res["reasons"] == ["the gateway gw-2 holds llmfleet_chat/n1 drained since a rollout that did not make it"
+                              " ready (made ready after a passing gate)"]
+    # another node's server, or none: settled
+    res, _calls = _run(role_args(gateway_read=[gateway_read("llmfleet_chat/n10")]), settled_survey(unit_names(args)))
+    assert res["settled"] is True, res
+    # before the plan, in the same one module call
+    res, calls = _run({"node": NODE, "gateway_read": [gateway_read("llmfleet_code/n1")]},
+                      settled_survey(UNITS, probe=probe_at(ENV)), task_vars=node_vars(tmp_path))
+    assert len(calls) == 1 and res["settled"] is False and "llmfleet_code/n1 drained" in res["msg"], res
+    assert res["probe"]["link"]["target"].endswith(ENV)

@@ -95,6 +95,7 @@ def test_health_retries_and_passive_checks_are_the_ones_a_stopping_vllm_needs():
     assert "response-timeout" not in text  # a slow generation would run twice
     assert "retries 3" in lines and "option redispatch 1" in lines
     assert ("default-server inter 2s fall 2 rise 2 maxconn 256 observe layer7 error-limit 10 on-error mark-down"
+            " init-addr last,libc,none"
             in lines)
     assert "    timeout server 600s" in text and "    timeout client 600s" in text
     tuned = render(timeout_server=3600, check_interval=5, check_fall=3, retries=1, retry_on=["conn-failure"])
@@ -111,7 +112,24 @@ def test_the_admin_socket_is_root_only_there_is_no_stats_page_and_metrics_are_pr
     metrics = text.split("frontend llmfleet_metrics\n")[1].split("\n\n")[0]
     assert "    bind 0.0.0.0:8405" in metrics
     assert "http-request use-service prometheus-exporter if { path /metrics }" in metrics
+    # the exporter names every server, its address and load: the gateway itself only, unless allowed
+    assert metrics.index("http-request deny deny_status 403 if !llmfleet_metrics_clients") < metrics.index("use-service")
+    assert "    acl llmfleet_metrics_clients src 127.0.0.0/8 ::1/128\n" in metrics
+    allowed = render(metrics_allow=["10.0.0.5", "10.1.0.0/16", "2001:db8::/64"])
+    assert "    acl llmfleet_metrics_clients src 127.0.0.0/8 ::1/128 10.0.0.5/32 10.1.0.0/16 2001:db8::/64\n" in allowed
     assert "    chroot /var/lib/haproxy\n    user haproxy\n    group haproxy\n" in text
+
+
+def test_a_node_the_gateway_cannot_resolve_is_one_server_in_maintenance_not_a_gateway_that_cannot_start():
+    hostvars = {"n1": {"engine_service_models": [{"name": "qwen", "port": 8000}], "engine_service_host": "0.0.0.0",
+                       "ansible_host": "10.0.0.1"},
+                "n2.invalid": {"engine_service_models": [{"name": "qwen", "port": 8000}], "engine_service_host": "0.0.0.0"}}
+    text = cfg({"models": [{"name": "qwen", "port": 9000}]}, fleet_of(hostvars, ["n1", "n2.invalid"]), "gw")
+    backend = text.split("\nbackend llmfleet_qwen\n")[1]
+    # every server of the backend takes the default-server line, the name one among them
+    default = [line for line in backend.splitlines() if line.startswith("    default-server ")]
+    assert len(default) == 1 and default[0].endswith(" init-addr last,libc,none"), default
+    assert "    server n2.invalid n2.invalid:8000 check\n" in backend
 
 
 def test_tls_from_a_certificate_path_on_every_model_frontend():
@@ -138,6 +156,11 @@ def test_tls_from_a_certificate_path_on_every_model_frontend():
     ("metrics_port", 70000, "engine_gateway_metrics_port"),
     ("retry_on", ["conn-failure", "all-retryable-errors"], "engine_gateway_retry_on"),
     ("retry_on", "500", "engine_gateway_retry_on"),
+    # a bare "retry-on" line, which haproxy -c refuses ("needs at least one keyword")
+    ("retry_on", [], "engine_gateway_retry_on"),
+    ("metrics_allow", ["10.0.0.0/24", "everyone"], "engine_gateway_metrics_allow"),
+    ("metrics_allow", "10.0.0.5", "engine_gateway_metrics_allow"),
+    ("metrics_allow", ["10.0.0.5 # x"], "engine_gateway_metrics_allow"),
 ])
 def test_a_bad_value_is_refused_naming_its_variable_and_value(key, value, variable):
     found = problems({"models": MODELS, key: value})
@@ -198,14 +221,21 @@ def test_a_rollout_drains_the_servers_of_the_units_that_stop_on_the_gateways_tha
     units = ["llmfleet-vllm-qwen.service", "llmfleet-vllm-small.service"]
     assert drains(hostvars, ["gw", "gw2", "gw3"], "node-1", units) == [
         {"gateway": "gw", "socket": "/run/llmfleet-gateway/admin.sock", "servers": ["llmfleet_qwen/node-1"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"},
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"},
         {"gateway": "gw2", "socket": "/run/gw2.sock", "servers": ["llmfleet_small/node-1"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"},
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"},
     ]
     # gw3 fronts node-2 only
     assert drains(hostvars, ["gw3"], "node-2", units) == [
         {"gateway": "gw3", "socket": "/run/llmfleet-gateway/admin.sock", "servers": ["llmfleet_qwen/node-2"],
-         "state_file": "/var/lib/llmfleet-gateway/servers.state"}]
+         "state_file": "/var/lib/llmfleet-gateway/servers.state",
+         "mark": "/var/lib/llmfleet-gateway/rollout-drained.json"}]
+    # what site.yml reads once per gateway: every gateway, its socket and the rollout's record
+    assert [(d["gateway"], d["socket"], d["mark"], d["servers"]) for d in drains(hostvars, ["gw", "gw2"], None, None)] == [
+        ("gw", "/run/llmfleet-gateway/admin.sock", "/var/lib/llmfleet-gateway/rollout-drained.json", []),
+        ("gw2", "/run/gw2.sock", "/var/lib/llmfleet-gateway/rollout-drained.json", [])]
     assert drains(hostvars, [], "node-1", units) == []
     assert drains(hostvars, ["gw2"], "node-1", ["llmfleet-vllm-qwen.service"]) == []
     with pytest.raises(AnsibleFilterError, match="the gateway \"ghost\" is not a host"):
@@ -231,7 +261,8 @@ def self_signed_pem():
 
 @pytest.mark.parametrize("values", [
     {},
-    {"tls_certificate": "SNAKEOIL", "bind": "127.0.0.1", "timeout_server": 86400, "retry_on": ["conn-failure", "503"]},
+    {"tls_certificate": "SNAKEOIL", "bind": "127.0.0.1", "timeout_server": 86400, "retry_on": ["conn-failure", "503"],
+     "metrics_allow": ["10.0.0.0/24", "2001:db8::5"]},
     {"bind": "::", "retries": 0, "check_interval": 1, "check_fall": 1, "check_rise": 1},
 ])
 def test_haproxy_accepts_what_is_rendered(tmp_path, values):
@@ -245,3 +276,16 @@ def test_haproxy_accepts_what_is_rendered(tmp_path, values):
     checked = subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "Configuration file is valid" in checked.stdout + checked.stderr
+
+
+def test_haproxy_starts_with_a_node_it_cannot_resolve_and_names_that_server(tmp_path):
+    # an inventory name (the address by default) the gateway's resolver does not know (.invalid never resolves)
+    hostvars = dict(HOSTVARS, **{"n3.invalid": {"engine_service_models": [{"name": "qwen", "port": 8000}],
+                                                "engine_service_host": "0.0.0.0"}})
+    text = cfg({"models": MODELS, "socket": str(tmp_path / "admin.sock"), "state_file": str(tmp_path / "servers.state")},
+               fleet_of(hostvars, ["node-1", "node-2", "n3.invalid"]), "gw")
+    path = tmp_path / "haproxy.cfg"
+    path.write_text(text)
+    checked = subprocess.run([HAPROXY, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "'server llmfleet_qwen/n3.invalid' : could not resolve address 'n3.invalid'" in checked.stderr, checked.stderr

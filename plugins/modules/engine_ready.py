@@ -131,10 +131,10 @@ options:
     default: 40
   systemctl:
     description:
-      - The C(systemctl) that reads O(unit): an absolute path, or a bare name looked up on E(PATH) (then
+      - The C(systemctl) that reads O(unit), an absolute path or a bare name looked up on E(PATH) (then
         C(/sbin), C(/usr/sbin), C(/usr/local/sbin)) by the module itself.
       - It runs as root, so the path found and its real path are judged first, as every program the collection
-        runs (the privilege line): it and every directory on the way to it must belong to root (or the user
+        runs (the privilege line), so it and every directory on the way to it must belong to root (or the user
         running the module) and be writable by no one else. Otherwise the task fails naming the option, the path
         and why, and nothing is run. What runs is the absolute path judged, never the name.
       - The C(llmfleet.engines.engine_service) role passes its C(engine_service_systemctl).

@@ -180,12 +180,11 @@ options:
     description: Seconds for each request of the gate.
     type: int
     default: 30
-attributes:
   systemctl:
     description:
-      - The C(systemctl) that reads the units: an absolute path, or a bare name looked up on E(PATH) (then
+      - The C(systemctl) that reads the units, an absolute path or a bare name looked up on E(PATH) (then
         C(/sbin), C(/usr/sbin), C(/usr/local/sbin)) by the module itself. It runs as root, so the path found and
-        its real path are judged first, as every program the collection runs (the privilege line): it and every
+        its real path are judged first, as every program the collection runs (the privilege line), so it and every
         directory on the way to it must belong to root (or the user running the module) and be writable by no
         one else. Otherwise the task fails naming the option, the path and why, before anything is read. What
         runs is the absolute path judged, never the name.
@@ -198,6 +197,7 @@ attributes:
         directories leaves the journal out; one another user could change fails the task.
     type: str
     default: journalctl
+attributes:
   check_mode:
     support: full
     description: Reads the same; asks no gate and records nothing.

@@ -167,6 +167,9 @@ def survey_args(args):
     }
     if snapshots:
         out["cache_dir"] = args["cache_dir"]
+    if args.get("systemctl"):
+        # the role's absolute path, judged again by the module before it runs it (_trust)
+        out["systemctl"] = args["systemctl"]
     return out
 
 
@@ -199,7 +202,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("node", "environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
                              "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
                              "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
-                             "lock_dir", "refresh", "gateway_read"))
+                             "lock_dir", "refresh", "gateway_read", "systemctl"))
 
     def _variable(self, name, task_vars, known=None):
         """The role's variable ``name``, templated (KeyError when it is not set); ``known``, a dict, keeps each
@@ -222,6 +225,9 @@ class ActionModule(ActionBase):
                 args[option] = self._variable(variable, task_vars, known)
         if "cache_dir" not in args:
             args["cache_dir"] = "%s/models" % self._variable("engine_service_root", task_vars, known)
+        if "systemctl" not in args and "engine_service_systemctl" in task_vars:
+            # the role's absolute path; outside the role the module finds systemctl on PATH (and judges it)
+            args["systemctl"] = self._variable("engine_service_systemctl", task_vars, known)
         return args
 
     def run(self, tmp=None, task_vars=None):

@@ -130,6 +130,23 @@ options:
         quotes the last 10 of them).
     type: int
     default: 40
+  systemctl:
+    description:
+      - The C(systemctl) that reads O(unit), an absolute path or a bare name looked up on E(PATH) (then
+        C(/sbin), C(/usr/sbin), C(/usr/local/sbin)) by the module itself.
+      - It runs as root, so the path found and its real path are judged first, as every program the collection
+        runs (the privilege line), so it and every directory on the way to it must belong to root (or the user
+        running the module) and be writable by no one else. Otherwise the task fails naming the option, the path
+        and why, and nothing is run. What runs is the absolute path judged, never the name.
+      - The C(llmfleet.engines.engine_service) role passes its C(engine_service_systemctl).
+    type: str
+    default: systemctl
+  journalctl:
+    description:
+      - The C(journalctl) that reads the unit's journal for a failure, found and judged as O(systemctl). One that
+        is on none of the directories leaves RV(journal) out; one another user could change fails the task.
+    type: str
+    default: journalctl
   validate_certs:
     description:
       - Check the server's TLS certificate for an C(https) O(url).
@@ -275,6 +292,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _ready
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import ProgramRefused
 
 
 def option_problem(params):
@@ -304,6 +322,8 @@ def main():
             api_key=dict(type="str", no_log=True),
             timeout=dict(type="int", default=10),
             journal_lines=dict(type="int", default=40),
+            systemctl=dict(type="str", default="systemctl"),
+            journalctl=dict(type="str", default="journalctl"),
             validate_certs=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -315,8 +335,12 @@ def main():
 
     unit = None
     if params["unit"]:
-        unit = _ready.Unit(Runner(), params["unit"], module.get_bin_path("systemctl", required=True),
-                           module.get_bin_path("journalctl"), params["journal_lines"])
+        # root runs them: found once, judged, and run by the absolute path judged (_trust)
+        try:
+            systemctl, journalctl = _ready.systemd_programs(params["systemctl"], params["journalctl"])
+        except ProgramRefused as exc:
+            module.fail_json(msg=exc.msg, changed=False, **exc.details)
+        unit = _ready.Unit(Runner(), params["unit"], systemctl, journalctl, params["journal_lines"])
     # The redirect policy holds (api_key only to the engine's own origin, no file://); plain http is
     # allowed for api_key: vLLM serves nothing else, and the gate asks the node's own engine, on its
     # loopback straight through http.client (no proxy, no urllib); any other URL through open_url.

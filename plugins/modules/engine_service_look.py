@@ -139,6 +139,12 @@ options:
   limit_nofile:
     description: C(engine_service_limit_nofile).
     type: int
+  systemctl:
+    description:
+      - C(engine_service_systemctl), the absolute path of the C(systemctl) the node runs as root to read the
+        units; M(llmfleet.engines.engine_service_survey) judges it before it runs it.
+      - Without it nor that variable, the module finds C(systemctl) on E(PATH) and judges it.
+    type: path
 attributes:
   check_mode:
     support: full

@@ -180,6 +180,23 @@ options:
     description: Seconds for each request of the gate, its whole answer included.
     type: int
     default: 30
+  systemctl:
+    description:
+      - The C(systemctl) that reads the units, an absolute path or a bare name looked up on E(PATH) (then
+        C(/sbin), C(/usr/sbin), C(/usr/local/sbin)) by the module itself. It runs as root, so the path found and
+        its real path are judged first, as every program the collection runs (the privilege line), so it and every
+        directory on the way to it must belong to root (or the user running the module) and be writable by no
+        one else. Otherwise the task fails naming the option, the path and why, before anything is read. What
+        runs is the absolute path judged, never the name.
+      - M(llmfleet.engines.engine_service_look) passes the role's C(engine_service_systemctl).
+    type: str
+    default: systemctl
+  journalctl:
+    description:
+      - The C(journalctl) a failed gate quotes, found and judged as O(systemctl). One that is on none of the
+        directories leaves the journal out; one another user could change fails the task.
+    type: str
+    default: journalctl
 attributes:
   check_mode:
     support: full
@@ -256,6 +273,8 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import ProgramRefused
+from ansible_collections.llmfleet.engines.plugins.module_utils.serve._ready import systemd_programs
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve._servicelook import Look
 
 
@@ -297,6 +316,8 @@ def main():
             keep=dict(type="int", default=2),
             in_use=dict(type="list", elements="str", default=[]),
             timeout=dict(type="int", default=30),
+            systemctl=dict(type="str", default="systemctl"),
+            journalctl=dict(type="str", default="journalctl"),
         ),
         supports_check_mode=True,
     )
@@ -314,8 +335,12 @@ def main():
     # this node's loopback: asked straight through http.client (no proxy, no urllib)
     client = HttpClient(timeout=p["timeout"], retries=0, allow_plain_http_credentials=True,
                         direct_loopback=True, deadline=p["timeout"])
-    look = Look(p, Runner(), module.get_bin_path("systemctl") or "systemctl", client,
-                journalctl=module.get_bin_path("journalctl"), check_mode=module.check_mode)
+    # root runs them: found once, judged, and run by the absolute path judged (_trust)
+    try:
+        systemctl, journalctl = systemd_programs(p["systemctl"], p["journalctl"])
+    except ProgramRefused as exc:
+        module.fail_json(msg=exc.msg, changed=False, **exc.details)
+    look = Look(p, Runner(), systemctl, client, journalctl=journalctl, check_mode=module.check_mode)
     module.exit_json(changed=False, **look.look())
 
 

@@ -352,6 +352,8 @@ class Node:
             "engine_node_keep": 1,
             "engine_service_models": self.models if models is None else models,
             "engine_service_unit_dir": str(self.unit_dir),
+            # the fake systemd's systemctl, by its absolute path, as the role runs systemctl
+            "engine_service_systemctl": str(FAKEBIN / "systemctl"),
             "engine_service_secrets_dir": str(self.secrets_dir),
             "engine_service_user": self.user,
             "engine_service_ready_timeout": 20,

@@ -25,10 +25,12 @@ def test_serving_on_a_host_without_systemd_fails_in_one_line_before_anything_is_
     root = tmp_path / "root"
     models = tmp_path / "serve.yml"
     models.write_text("engine_service_models:\n  - {name: qwen, model: Qwen/Qwen3-0.6B, port: 8000}\n")
-    env = dict(os.environ, PATH="%s:%s" % (fakebin, os.environ["PATH"]), ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
     run = subprocess.run(
         [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "-i", "inventories/local", "playbooks/site.yml",
          "-e", "@%s" % models, "-e", "engine_node_root=%s" % root,
+         # the role runs systemctl by this absolute path (engine_service_systemctl), never a name on PATH
+         "-e", "engine_service_systemctl=%s" % (fakebin / "systemctl"),
          # none: even with the check gone, nothing would be downloaded here
          "-e", "engine_node_build=none", "-e", "ansible_python_interpreter=%s" % sys.executable],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)

@@ -248,6 +248,11 @@ def untrusted_content(top, uids=None):
 # -- the programs root runs ------------------------------------------------------------------
 
 
+#: Where a bare name is looked up after PATH, as Ansible's ``get_bin_path`` does (a module's PATH may
+#: lack the sbin directories).
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
 class ProgramRefused(LlmfleetError):
     """A program given by an option is not run: not found, not an executable file, or changeable by
     another user (``details['untrusted']``)."""

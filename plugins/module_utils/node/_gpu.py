@@ -61,7 +61,8 @@ import time
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
-from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import find_program, program_problem
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
+    SBIN_DIRS, find_program, program_problem)
 
 #: The fields asked of ``nvidia-smi --query-gpu``, in this order.
 QUERY_FIELDS = ("index", "name", "uuid", "compute_cap", "memory.total", "driver_version")
@@ -383,8 +384,7 @@ def _no_driver(rc, text):
     return rc in _NO_DRIVER_RC or bool(_NO_DRIVER.search(text or ""))
 
 
-#: Where nvidia-smi is looked for after PATH, as Ansible's ``get_bin_path`` does.
-SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+# SBIN_DIRS (_trust): where nvidia-smi is looked for after PATH, as Ansible's ``get_bin_path`` does.
 
 
 def check_nvidia_smi(path):

@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 from ansible_collections.llmfleet.engines.plugins.module_utils.common import _http
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import last_lines
+from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
+    SBIN_DIRS, ProgramRefused, resolve_program)
 
 #: The phases, in the order a starting server goes through them.
 PHASES = ("starting", "health", "models", "completion", "ready")
@@ -259,6 +261,26 @@ def _process_user(pid, proc="/proc"):
 def process_text(pid, proc="/proc"):
     """``1234 (python3, user alice)``: a process as a message names it."""
     return "%d (%s, user %s)" % (pid, _process_name(pid, proc), _process_user(pid, proc))
+
+
+def systemd_programs(systemctl="systemctl", journalctl="journalctl"):
+    """``(systemctl, journalctl)``: the absolute paths to run, as root, for the options of the same names
+    (each a path, or a bare name looked up on PATH, then the sbin directories), each judged by the one
+    resolver of the programs root runs (``_trust.resolve_program``): ``ProgramRefused`` naming the option,
+    the value, the path found and why, when another user could change it. A journalctl that is on none of
+    the directories is None (the journal is then left out, as without journalctl); one that is there is
+    judged as systemctl. Never the bare names: ``execvp`` would look them up again."""
+    found = resolve_program("systemctl", systemctl, "systemd's systemctl, run as root to read the units",
+                            extra_dirs=SBIN_DIRS)
+    journal = None
+    if journalctl:
+        try:
+            journal = resolve_program("journalctl", journalctl, "systemd's journalctl, run as root to read a "
+                                      "unit's journal", extra_dirs=SBIN_DIRS)
+        except ProgramRefused as exc:
+            if "program" in exc.details:  # found, but not to be run
+                raise
+    return found, journal
 
 
 class Unit:

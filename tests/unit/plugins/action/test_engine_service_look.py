@@ -337,6 +337,21 @@ def keep_locks(tmp_path, locks=None):
     return str(folder)
 
 
+def test_the_look_passes_the_roles_systemctl_to_the_node(tmp_path):
+    """engine_service_systemctl (an absolute path, judged by the module before it runs it) goes to the survey;
+    without that variable (outside the role) the survey's default (systemctl found on PATH, then judged)."""
+    lock_dir = keep_locks(tmp_path)
+    res, calls = _run({"environment": ENV}, settled_survey([]), task_vars=role_vars(
+        engine_service_model_lock_dir=lock_dir, engine_service_systemctl="/opt/fake/bin/systemctl"))
+    assert not res.get("failed"), res
+    ((_name, sent),) = calls
+    assert sent["systemctl"] == "/opt/fake/bin/systemctl"
+    _res, calls = _run({"environment": ENV}, settled_survey([]), task_vars=role_vars(
+        engine_service_model_lock_dir=lock_dir))
+    ((_name, sent),) = calls
+    assert "systemctl" not in sent
+
+
 def test_the_look_reads_the_kept_locks_renders_the_units_and_asks_the_node_once(tmp_path):
     variables = role_vars(engine_service_model_lock_dir=keep_locks(tmp_path))
     res, calls = _run({"environment": ENV, "validate": True}, settled_survey(["llmfleet-vllm-chat.service"]),

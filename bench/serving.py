@@ -104,6 +104,8 @@ class Host:
             "engine_service_unit_dir": str(self.unit_dir),
             "engine_service_secrets_dir": str(self.secrets_dir),
             "engine_service_user": self.user,
+            # the role runs the systemctl it is given, by its absolute path (never one found on PATH)
+            "engine_service_systemctl": str(FAKEBIN / "systemctl"),
         }
 
     def env(self) -> dict:

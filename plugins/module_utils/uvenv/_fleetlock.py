@@ -51,7 +51,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels im
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import redact, strip_userinfo
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_engine_file, check_expect, check_omitted, engine_file_problems, engine_file_warning,
-    lock_text_problems, lock_versions, parse_lock, pin_engine_file, text_sha256)
+    lock_text_problems, lock_versions, parse_lock, pin_lock_file, text_sha256)
 
 STATE_FORMAT = 1
 _PYTHON_VERSION = re.compile(r"3\.[0-9]+(?:\.[0-9]+)?")
@@ -302,17 +302,6 @@ class FleetLock:
 
     # -- the flow ----------------------------------------------------------------------------
 
-    def _read_pinned(self, path):
-        """The lock uv wrote at ``path``, the engine's hashes cut to ``engine_file``'s (``pin_engine_file``),
-        written back for the pylock's compile, which reads it."""
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        pinned = pin_engine_file(text, self.p["engine"], self.p.get("engine_file"))
-        if pinned != text:
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(pinned)
-        return pinned
-
     def present(self):
         self.validate()
         if self.p.get("engine_file"):
@@ -354,7 +343,7 @@ class FleetLock:
             argv = self._argv(tmp)
             self._compile(argv, "\n".join(reqs), deadline, "resolving %s for %s as of %s" % (
                 ", ".join(reqs), self.p["python_platform"], self.p["exclude_newer"]))
-            text = self._read_pinned(tmp)
+            text = pin_lock_file(tmp, self.p["engine"], self.p.get("engine_file"))
             entries = self.check(text, "Nothing was written to %s." % self.dest)
             version = flashinfer_version(entries) if self.kernels else None
             if version:
@@ -364,7 +353,7 @@ class FleetLock:
                               "resolving FlashInfer's kernels for flashinfer-python %s" % version,
                               failure=lambda out: kernel_failure(out, version, self.kernels["label"],
                                                                  self.p["kernels_index_url"]))
-                text = self._read_pinned(tmp)
+                text = pin_lock_file(tmp, self.p["engine"], self.p.get("engine_file"))
                 second = self.check(text, "Nothing was written to %s." % self.dest)
                 problems = kernel_problems(entries, second, version, self.kernels["label"])
                 if problems:

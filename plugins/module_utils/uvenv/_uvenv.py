@@ -62,7 +62,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls impo
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner, last_lines
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._uvlock import (
     check_engine, check_engine_file, check_expect, check_omitted, engine_file_problems, engine_file_warning,
-    lock_text_problems, lock_versions, normalize_name, parse_lock, pin_engine_file, text_sha256, versions_match)
+    lock_text_problems, lock_versions, normalize_name, parse_lock, pin_lock_file, text_sha256, versions_match)
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._kernels import (
     JIT_CACHE, flashinfer_version, given_lock_problems, kernel_exclude_newer, kernel_extra_index, kernel_failure, kernel_lines,
     kernel_problems, kernels_wanted)
@@ -636,7 +636,7 @@ class EngineEnv:
                        ResolveFailed,
                        "resolving %s as of %s" % (", ".join(reqs), p["exclude_newer"]),
                        data="\n".join(reqs))
-                    entries = parse_lock(self._read_pinned(lock_file))
+                    entries = parse_lock(pin_lock_file(lock_file, self.p["engine"], self.p.get("engine_file")))
                     version = flashinfer_version(entries) if self.kernels else None
                     if version:
                         entries = self._resolve_kernels(uv, python_bin, lock_file, header, reqs, entries, version)
@@ -741,7 +741,7 @@ class EngineEnv:
             exc.msg = "%s: %s" % (kernel_failure(exc.details.get("uv_output"), version, label, p["kernels_index_url"]),
                                   exc.msg)
             raise
-        second = parse_lock(self._read_pinned(lock_file))
+        second = parse_lock(pin_lock_file(lock_file, self.p["engine"], self.p.get("engine_file")))
         problems = kernel_problems(entries, second, version, label)
         if problems:
             raise LockMismatch("the lock for %s with FlashInfer's kernels is not what was asked: %s. Nothing was "
@@ -751,17 +751,6 @@ class EngineEnv:
         self._check_lock(second, "the lock for %s" % self._label(),
                          "Nothing was installed; the environment at %s is unchanged." % self.path)
         return second
-
-    def _read_pinned(self, lock_file):
-        """The lock uv wrote, the engine's hashes cut to ``engine_file``'s (``pin_engine_file``) and written
-        back: the install (``--require-hashes``) then takes that file alone."""
-        with open(lock_file, encoding="utf-8") as handle:
-            text = handle.read()
-        pinned = pin_engine_file(text, self.p["engine"], self.p.get("engine_file"))
-        if pinned != text:
-            with open(lock_file, "w", encoding="utf-8") as handle:
-                handle.write(pinned)
-        return pinned
 
     def _find_python(self, run, env, uv, remaining):
         """The interpreter the environment is made from, resolved before uv venv runs it: a path as

@@ -270,6 +270,19 @@ def pin_engine_file(text, engine, engine_file):
     return "".join(out) if found else text
 
 
+def pin_lock_file(path, engine, engine_file):
+    """The lock uv wrote at ``path``, pinned by :func:`pin_engine_file` and written back when that changed it
+    (what reads the file next, the pylock's compile or the install with ``--require-hashes``, takes the one
+    file): the pinned text."""
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    pinned = pin_engine_file(text, engine, engine_file)
+    if pinned != text:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(pinned)
+    return pinned
+
+
 # -- a lock given as text (the fleet's lock, compiled elsewhere) -----------------------------------
 
 _PIN = re.compile(

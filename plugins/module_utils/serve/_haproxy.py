@@ -238,9 +238,14 @@ def last_ones(known, admin, names):
     """For a drain of ``names``: ``(alone, last)``, the backends where no other server exists (the model's only
     server: its requests fail while it is out) and those where other servers exist but none of them is in
     rotation (UP and ready) - draining would take the model off the gateway while it is UP elsewhere
-    (another node of the same batch drained, a node down). Each ``{backend, servers: {name: status}}``."""
+    (another node of the same batch drained, a node down). Each ``{backend, servers: {name: status}}``. A backend
+    none of whose drained servers is in rotation is neither: the drain takes nothing from the model's clients (a
+    new fleet's first rollout, every server DOWN until its engine starts)."""
     alone, last = [], []
     for backend in sorted({split_name(name)[0] for name in names}):
+        drained = [row for row in known if row["backend"] == backend and "%s/%s" % (backend, row["server"]) in names]
+        if not any(_in_rotation(row, admin) for row in drained):
+            continue
         others = [row for row in known if row["backend"] == backend and "%s/%s" % (backend, row["server"]) not in names]
         if not others:
             alone.append({"backend": backend, "servers": {}})

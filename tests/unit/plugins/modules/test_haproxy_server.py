@@ -113,6 +113,24 @@ def test_a_drain_that_would_leave_a_model_with_no_server_in_rotation_is_refused_
     assert code == 0 and any("llmfleet_small has no other server" in w for w in warnings_text(alone)), alone
 
 
+def test_a_drain_that_takes_nothing_out_of_rotation_is_neither_refused_nor_said(capsys, gateway):
+    """A new fleet's first rollout: every server DOWN (no engine runs yet) - draining one takes nothing from the
+    model's clients, so it is not refused as the last one in rotation, and the model's only server is drained
+    without the warning."""
+    mark = gateway.dir + "/rollout-drained.json"
+    for name in ("node-1", "node-2", "node-3"):
+        gateway.server("%s/%s" % (QWEN, name)).health = "DOWN"
+    gateway.server("llmfleet_small/node-1").health = "DOWN"
+    code, first = server(capsys, gateway, servers=["%s/node-1" % QWEN, "llmfleet_small/node-1"], state="drain",
+                         mark=mark, drain_last=False)
+    assert code == 0 and first["changed"] and not first.get("last"), first
+    assert not any("no other server" in w for w in warnings_text(first)), first
+    assert gateway.admin("%s/node-1" % QWEN) == "drain" and gateway.admin("llmfleet_small/node-1") == "drain"
+    # node-2 drained too (its batch): the only server left UP is none, and none of the drained was in rotation
+    code, second = server(capsys, gateway, servers=["%s/node-2" % QWEN], state="drain", mark=mark, drain_last=False)
+    assert code == 0 and gateway.admin("%s/node-2" % QWEN) == "drain", second
+
+
 def test_a_server_the_gateway_could_not_resolve_is_named(capsys, gateway):
     gateway.server("%s/node-3" % QWEN).admin |= RMAINT
     code, info = run_module(haproxy_info.main, {"socket": gateway.path}, capsys)[:2]

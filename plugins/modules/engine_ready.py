@@ -81,8 +81,11 @@ options:
         yet (vLLM holds its port while it loads) is \"not yet\"; a unit without a main process yet (C(MainPID) 0)
         is \"not yet\" and is asked nothing. A host whose connection does not end at a socket of this node (another
         machine, another network namespace) fails the task: the gate cannot tell who answers there."
-      - Reading another user's C(/proc/<pid>/fd) needs root; the role runs the gate as root. A gate that cannot
-        tell which process accepted its connection fails, and sends nothing.
+      - Reading another user's C(/proc/<pid>/fd) needs root; the role runs the gate as root. Where root may list
+        those descriptors but not read them (root without C(CAP_SYS_PTRACE), a podman or docker container's
+        default), the socket's owner (the C(uid) column of C(/proc/net/tcp*)) stands for its process and must be
+        the user the unit's main process runs as; another user's socket fails the task, naming its user. A gate
+        that cannot tell who accepted its connection fails, and sends nothing.
     type: str
   deadline:
     description:

@@ -17,7 +17,9 @@ With a unit, the gate talks only to the unit's own process (:meth:`Gate._connect
 over a connection the gate made straight to the URL's host, and before a byte is sent on it the gate finds its
 far end (the socket of this node whose own address is the connection's peer and whose peer is the connection,
 in ``/proc/net/tcp*``), and the process holding that socket (``/proc/*/fd``), which must be the unit's main
-process or a child of it. Which listener a connection reaches depends on the address it went to, not on the
+process or a child of it. Where root may not read another user's descriptors (root without CAP_SYS_PTRACE: a
+container's, podman's and docker's default), the socket's owner stands for its process: it must be the user the
+unit's main process runs as. Which listener a connection reaches depends on the address it went to, not on the
 port number: ``localhost`` may resolve to ``::1`` where vLLM holds 127.0.0.1, and a node's address may be held
 by another user while vLLM holds the loopback's.
 
@@ -176,9 +178,45 @@ def socket_inode(local, remote, proc="/proc"):
     return found
 
 
+def socket_uid(inode, proc="/proc"):
+    """The user that owns the TCP socket ``inode`` (the ``uid`` column of ``/proc/net/tcp*``, readable by every
+    user); None when it is not there."""
+    for name in ("tcp", "tcp6"):
+        path = os.path.join(proc, "net", name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            next(handle, None)
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 9 and fields[9] == str(inode):
+                    try:
+                        return int(fields[7])
+                    except ValueError:
+                        return None
+    return None
+
+
+def process_uid(pid, proc="/proc"):
+    """The real user id of process ``pid`` (``/proc/<pid>/status``, readable by every user); None when it is gone."""
+    try:
+        with open(os.path.join(proc, str(pid), "status")) as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _readlink(path):
+    return os.readlink(path)
+
+
 def _fd_holds(pid, wanted, proc):
     """Whether process ``pid`` holds ``wanted`` (``socket:[inode]``) among its descriptors; None when they
-    cannot be read (another user's process, and this one is not root) or it is gone."""
+    cannot be read (another user's process, and this one is not root or lacks CAP_SYS_PTRACE: the directory
+    lists, each link is refused) or it is gone."""
     fd_dir = os.path.join(proc, str(pid), "fd")
     try:
         names = os.listdir(fd_dir)
@@ -186,10 +224,12 @@ def _fd_holds(pid, wanted, proc):
         return None
     for fd in names:
         try:
-            if os.readlink(os.path.join(fd_dir, fd)) == wanted:
+            if _readlink(os.path.join(fd_dir, fd)) == wanted:
                 return True
+        except PermissionError:
+            return None
         except OSError:
-            continue
+            continue  # closed since the listing
     return False
 
 
@@ -242,15 +282,12 @@ def _process_name(pid, proc="/proc"):
 
 def _process_user(pid, proc="/proc"):
     """The name (else the number) of the real user of process ``pid``; ``?`` when it is gone."""
-    try:
-        with open(os.path.join(proc, str(pid), "status")) as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                    break
-            else:
-                return "?"
-    except (OSError, ValueError, IndexError):
+    return user_text(process_uid(pid, proc))
+
+
+def user_text(uid):
+    """The name of user ``uid``, else its number; ``?`` for None."""
+    if uid is None:
         return "?"
     try:
         return pwd.getpwuid(uid).pw_name
@@ -503,6 +540,16 @@ class Gate:
                 "%s is held by process %s, not by the unit's main process %d or its children: the gate's connection "
                 "reached another program there, and nothing was sent to it (the API key was not sent)"
                 % (where, others, main))
+        if unreadable and main:
+            # root may not read other users' descriptors here (no CAP_SYS_PTRACE: a container): the socket's owner
+            # stands for its process - the unit's own user, never another one
+            owner, unit_user = socket_uid(inode), process_uid(main)
+            if owner is not None and owner == unit_user:
+                return
+            raise _PeerRefused(
+                "%s: the gate's connection there (socket %d) belongs to user %s, not to the unit's user %s (which "
+                "process holds it cannot be read here: root without CAP_SYS_PTRACE), so nothing was sent to it"
+                % (where, inode, user_text(owner), user_text(unit_user)))
         raise _PeerRefused(
             "%s: no process %s holds the gate's connection there (socket %d), so nothing was sent to it%s"
             % (where, "this user can read" if unreadable else "of this node", inode,

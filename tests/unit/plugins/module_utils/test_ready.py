@@ -453,6 +453,45 @@ def test_the_units_own_server_passes_the_gate_and_gets_the_key(processes, unit, 
     assert unit_at  # the same cases as above
 
 
+@pytest.fixture
+def descriptors_closed(monkeypatch):
+    """Root without CAP_SYS_PTRACE (a podman or docker container's default): /proc/<pid>/fd of another process
+    lists, and each of its links is refused (EACCES), as the kernel's ptrace check refuses them there."""
+    own = "/proc/%d/" % os.getpid()
+
+    def readlink(path):
+        if path.startswith("/proc/") and "/fd/" in path and not path.startswith((own, "/proc/self/")):
+            raise PermissionError(13, "Permission denied", path)
+        return os.readlink(path)
+
+    monkeypatch.setattr(_ready, "_readlink", readlink)
+
+
+def test_where_descriptors_cannot_be_read_the_units_own_user_stands_for_its_process(processes, unit,
+                                                                                    descriptors_closed):
+    """The real engine under systemd in a container: root cannot read the service user's descriptors, so the
+    socket's owner (/proc/net/tcp's uid) is judged instead - the unit's own server passes and gets the key."""
+    own = processes(host="127.0.0.1", api_key=KEY)
+    unit.set(main_pid=own.pid)
+    result = gate(base_url("127.0.0.1", own.port), api_key=KEY, unit=unit, wait=0).run()
+    assert (result["ready"], result["phase"]) == (True, "ready"), result
+    assert [r["auth"] for r in own.stop().requests] == [None, "Bearer " + KEY, "Bearer " + KEY]
+
+
+def test_where_descriptors_cannot_be_read_another_users_server_still_gets_nothing(processes, unit,
+                                                                                  descriptors_closed):
+    port = free_port("127.0.0.1")
+    other = processes(user=OTHER_UID, host="127.0.0.1", port=port, api_key=KEY)
+    own = processes(host="127.0.0.2", port=port, api_key=KEY)
+    unit.set(main_pid=own.pid)
+    url = base_url("127.0.0.1", port)
+    exc, _took = timed(gate(url, api_key=KEY, unit=unit, wait=30).run)
+    assert isinstance(exc, _ready.PeerRefused), exc
+    assert "belongs to user nobody, not to the unit's user root" in exc.msg, exc.msg
+    assert "nothing was sent to it" in exc.msg and KEY not in repr(exc.details)
+    assert other.stop().requests == [] and own.stop().requests == []
+
+
 def test_a_unit_without_a_main_process_is_asked_nothing(servers, unit):
     """ExecStartPre runs (MainPID 0): whatever answers on the port is not the unit's server."""
     fake = servers(api_key=KEY)

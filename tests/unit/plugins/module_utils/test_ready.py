@@ -363,7 +363,8 @@ def test_the_far_end_of_a_connection_is_found_once_accepted():
             with accepted:
                 inode = _ready.socket_inode(theirs, mine)
                 assert inode and os.readlink("/proc/self/fd/%d" % accepted.fileno()) == "socket:[%d]" % inode
-                assert _ready.socket_holders(inode) == ({os.getpid()}, False)
+                # (whether every other process of the machine could be read depends on it: not asserted)
+                assert _ready.socket_holders(inode)[0] == {os.getpid()}
                 assert _ready.socket_holders(inode, [os.getppid()]) == (set(), False)
             # our own end is not the far end; an address that is not this node's has no socket here
             assert _ready.socket_inode(mine, theirs) != inode

@@ -203,7 +203,7 @@ class Lookup(object):
                         "and look this up once per play (run_once, delegate_to: localhost)")
             else:
                 hint = ("unauthenticated requests get 60 an hour per IP address: set the module's "
-                        "token option (or GITHUB_TOKEN in the controller's environment) to get "
+                        "token option (or, for GitHub's own API, GITHUB_TOKEN in the controller's environment) to get "
                         "5,000 an hour, and look this up once per play (run_once, delegate_to: "
                         "localhost)")
             raise GithubRateLimitError(

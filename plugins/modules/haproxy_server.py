@@ -235,8 +235,8 @@ def main():
             changing = planned["set"]
             result = dict(changed=bool(changing), servers=[_view(row) for row in before], busy=[], waited=0.0, saved=0,
                           maint=planned["maint"], readied=changing if state == "ready" else [])
-            warnings = ["%s is in maintenance (set by hand): left as it is, not %s" % (name, "drained" if state == "drain"
-                                                                                      else "made ready")
+            not_done = "drained" if state == "drain" else "made ready"
+            warnings = ["%s is in maintenance (set by hand): left as it is, not %s" % (name, not_done)
                         for name in planned["maint"] if state in ("drain", "ready")]
             if state == "drain" and planned["wanted"]:
                 alone, last = _haproxy.last_ones(known, admin, planned["wanted"])

@@ -222,9 +222,9 @@ def _holder_fd_of(path, token):
         return fd
     if fd is not None:
         os.close(fd)
-    raise LockLost("this run's rollout lock %s is %s: it was taken over while this run held it"
-                   % (path, ("held by another run now (%s)" % (found_text or "holder unknown"))
-                         if os.path.lexists(path) else "gone"), lost=True, holder=found_text)
+    now = ("held by another run now (%s)" % (found_text or "holder unknown")) if os.path.lexists(path) else "gone"
+    raise LockLost("this run's rollout lock %s is %s: it was taken over while this run held it" % (path, now),
+                   lost=True, holder=found_text)
 
 
 def refresh(path, token, now=time.time, sleep=time.sleep):

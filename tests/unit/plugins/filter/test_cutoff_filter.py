@@ -82,8 +82,8 @@ def test_only_a_late_pure_wheel_fits_every_architecture_gets_it():
                                "exclude_newer": "2026-11-02T00:00:00Z", "sha256": "d" * 64}]}
     for arch in ("x86_64", "aarch64"):
         assert LIFT(dict(PYPI, arch=arch), release) == {"vllm": "2026-11-02T00:00:00Z"}
-        assert ENGINE_FILE(dict(PYPI, arch=arch), release) == {"filename": "vllm-0.20.0-py3-none-any.whl",
-                                                              "sha256": "d" * 64}
+        wanted = {"filename": "vllm-0.20.0-py3-none-any.whl", "sha256": "d" * 64}
+        assert ENGINE_FILE(dict(PYPI, arch=arch), release) == wanted
     assert ENGINE_FILE(dict(GITHUB, arch="x86_64"), release) == {}
 
 

@@ -154,7 +154,7 @@ def test_a_long_step_taken_over_as_stale_does_not_remove_the_new_holders_lock(tm
     """The issue's case: run A stages for longer than stale; run B takes the lock over; A's give-back
     must leave B's lock, and A's heartbeat says it lost the lock."""
     lock = tmp_path / "lock"
-    token_a, _ = _take(lock, "run A")
+    token_a, _holder = _take(lock, "run A")
     _age(lock / "holder", 7200)
     token_b, taken = _take(lock, "run B")
     assert taken is not None and token_b != token_a
@@ -180,7 +180,7 @@ def test_a_lock_without_a_token_or_with_another_is_not_given_back(tmp_path):
 
 def test_the_heartbeat_keeps_a_long_run_from_being_taken_over(tmp_path):
     lock = tmp_path / "lock"
-    token, _ = _take(lock, "run A")
+    token, _holder = _take(lock, "run A")
     _age(lock / "holder", 7200)  # a long step: older than stale ...
     rl.refresh(str(lock), token)  # ... and the heartbeat after it
     assert rl.age(str(lock), time.time()) < 60
@@ -193,7 +193,7 @@ def test_refresh_and_release_wait_for_a_take_over_in_progress(tmp_path):
     """Under the take-over lock: while another run holds it, neither reads the token; a take-over lock
     held past the wait fails with a message, and nothing is removed."""
     lock = tmp_path / "lock"
-    token, _ = _take(lock, "run A")
+    token, _holder = _take(lock, "run A")
     takeover = tmp_path / "lock.takeover"
     takeover.mkdir()
     clock = Clock()
@@ -205,7 +205,7 @@ def test_refresh_and_release_wait_for_a_take_over_in_progress(tmp_path):
 
     assert rl.release(str(lock), token, now=clock, sleep=sleep) == ("released", None)
     assert len(clock.sleeps) == 3 and not lock.exists()
-    token, _ = _take(lock, "run A")
+    token, _holder = _take(lock, "run A")
     takeover.mkdir()
     with pytest.raises(rl.LockError, match=r"the take-over lock .*lock\.takeover has been held for 30 s"):
         rl.refresh(str(lock), token, now=clock, sleep=clock.sleep)
@@ -252,7 +252,7 @@ def test_the_module_returns_a_token_refreshes_and_gives_back_only_its_own(tmp_pa
     assert code == 0 and gave["released"] is False and gave["holder"] == "run B", gave
     assert any("another run's now (run B)" in w for w in warnings_text(gave)), gave
     assert rl.holder(str(lock)) == "run B"
-    module_warnings._global_warnings.clear()  # pylint: disable=protected-access  (kept per process, not per call)
+    module_warnings._global_warnings.clear()  # pylint: disable=protected-access
     code, gave, _out = run_module(rollout_lock.main, {"path": str(lock), "state": "absent", "token": b["token"]},
                                   capsys)
     assert code == 0 and gave["released"] is True and not lock.exists(), gave

@@ -313,7 +313,7 @@ def _planted(directory, name="uv", uid=None):
 
 def test_a_bare_name_is_found_on_path_and_returned_as_that_absolute_path(tmp_path):
     good = mkdir(tmp_path / "good")
-    program, _ = _planted(good)
+    program, _marker = _planted(good)
     search = os.pathsep.join([str(tmp_path / "missing"), "relative/bin", "", str(good)])
     assert _trust.resolve_program("uv", "uv", "the uv binary", search_path=search) == program
 
@@ -349,7 +349,7 @@ def test_a_planted_program_in_a_world_writable_path_directory_is_refused_and_nev
 @as_root
 def test_a_program_of_another_user_in_a_closed_directory_is_refused(tmp_path):
     closed = mkdir(tmp_path / "bin")
-    planted, _ = _planted(closed, uid=NOBODY)
+    planted, _marker = _planted(closed, uid=NOBODY)
     with pytest.raises(_trust.ProgramRefused) as exc:
         _trust.resolve_program("nvidia_smi", planted, "nvidia-smi")
     assert exc.value.details["untrusted"]["component"] == planted
@@ -359,7 +359,7 @@ def test_a_program_of_another_user_in_a_closed_directory_is_refused(tmp_path):
 def test_a_link_to_a_program_in_a_directory_others_can_write_is_refused(tmp_path):
     """The path found is judged, and so is its real path: here the link's target's directory."""
     shared = mkdir(tmp_path / "shared", 0o777)
-    program, _ = _planted(shared)
+    program, _marker = _planted(shared)
     closed = mkdir(tmp_path / "bin")
     os.symlink(program, str(closed / "uv"))
     with pytest.raises(_trust.ProgramRefused) as exc:
@@ -374,7 +374,7 @@ def test_the_real_path_is_judged_too(tmp_path, monkeypatch):
     real = _trust.untrusted_component
     monkeypatch.setattr(_trust, "untrusted_component", lambda place, uids=None: judged.append(place) or real(place, uids))
     target = mkdir(tmp_path / "real")
-    program, _ = _planted(target)
+    program, _marker = _planted(target)
     os.symlink(program, str(tmp_path / "link"))
     assert _trust.program_problem(str(tmp_path / "link")) is None
     assert judged == [str(tmp_path / "link"), program]

@@ -13,8 +13,8 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.node import _buil
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _haproxy
 from tests.unit.plugins.filter._plugins import filter_plugin
 from tests.unit.plugins.filter.test_node_report_filter import FILTERS as NODE_FILTERS, GOOD, OPTIONS
-from tests.unit.plugins.module_utils.test_servicelook import PREFIX, look, node  # noqa: F401 - node: a fixture
-from tests.unit.plugins.modules.test_uv_fleet_lock import base, fake, run_module  # noqa: F401 - fixtures
+from tests.unit.plugins.module_utils.test_servicelook import PREFIX, look, node  # noqa: F401 pylint: disable=unused-import
+from tests.unit.plugins.modules.test_uv_fleet_lock import base, fake, run_module  # noqa: F401 pylint: disable=unused-import
 
 SHA256 = "c" * 64
 WHEEL = "vllm-0.20.0-cp38-abi3-manylinux_2_31_x86_64.whl"
@@ -87,8 +87,8 @@ def test_engine_cache_refuses_a_torch_index_name_with_a_tail():
 def test_the_fleet_lock_needs_a_python_version_without_a_trailing_newline():
     plan = _builds.choose({"glibc": "2.39", "architecture": "x86_64"}, "0.31.0", "cpu")
     job = {"version": plan["version"], "build": plan["build"], "arch": "x86_64", "source": plan["source"]}
-    args = (job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"}, {"url": "https://x/y.whl",
-                                                                                  "sha256": SHA256})
+    asset = {"url": "https://x/y.whl", "sha256": SHA256}
+    args = (job, {"glibc": "2.39"}, {"exclude_newer": "2026-09-21T13:00:00Z"}, asset)
     rest = ("/srv/locks", "https://pypi.org/simple", "https://download.pytorch.org/whl", {"torch": False})
     lock_item = NODE_FILTERS["engine_node_lock_item"]
     assert "error" not in lock_item(*args, "3.12", *rest)

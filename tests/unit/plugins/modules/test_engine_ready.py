@@ -140,8 +140,8 @@ def test_another_users_server_at_a_node_address_gets_no_key(unit, capsys):
         code, result, out = ready(capsys, url=other.url, model="m", api_key=KEY, unit="vllm.service", wait=30)
         assert code == 1 and result["ready"] is False, result
         assert result["msg"].startswith(
-            "vLLM at %s (unit vllm.service), model m: 127.0.0.2 port %d is held by process %d (" % (other.url, port,
-                                                                                                  other.pid))
+            "vLLM at %s (unit vllm.service), model m: 127.0.0.2 port %d is held by process %d ("
+            % (other.url, port, other.pid))
         assert ", user nobody), not by the unit's main process %d or its children" % own.pid in result["msg"]
         assert KEY not in out
         code, result, out = ready(capsys, url=own.url, model="m", api_key=KEY, unit="vllm.service", wait=0)

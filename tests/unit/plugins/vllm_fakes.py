@@ -159,6 +159,32 @@ class FakeVllm:
             self._server.server_close()
 
 
+def _everyone_may_run(path):
+    """Whether every user may run ``path``: it and each directory above it open to others (o+x)."""
+    while True:
+        try:
+            if not os.stat(path).st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+
+
+def _interpreter_for(user):
+    """The Python to run the fake with: this one's real interpreter, or, for another user who may not run it (a
+    pyenv Python under root's 0700 home, the newest-ansible-core run's), the system's python3."""
+    mine = os.path.realpath(sys.executable)
+    if user is None or _everyone_may_run(mine):
+        return mine
+    for candidate in ("/usr/bin/python3", "/bin/python3"):
+        if _everyone_may_run(os.path.realpath(candidate)):
+            return os.path.realpath(candidate)
+    raise RuntimeError("no Python that user %s may run: %s is not open to others" % (user, mine))
+
+
 class ProcessVllm:
     """A :class:`FakeVllm` in a process of its own, a child of this one (``user``: run as that uid, such as 65534,
     as another user's server; this needs root): a pid that the gate can find holding the connection it made.
@@ -174,7 +200,7 @@ class ProcessVllm:
         with open(__file__) as handle:
             source = handle.read()
         # the real interpreter, isolated (-I -S: the standard library only): another user may not read the venv
-        argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", source, "serve", json.dumps(kw)]
+        argv = [_interpreter_for(user), "-I", "-S", "-c", source, "serve", json.dumps(kw)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,  # pylint: disable=consider-using-with
                                      user=user)
         self.pid = self.proc.pid

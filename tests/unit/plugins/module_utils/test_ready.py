@@ -7,7 +7,6 @@ import ipaddress
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +16,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _rea
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import HttpClient
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._proc import Runner
+from tests.unit.plugins import vllm_fakes
 from tests.unit.plugins.vllm_fakes import FakeUnit, FakeVllm, ProcessVllm, base_url, free_port, has_ipv6_loopback
 
 SHOW = ("show -p ActiveState -p SubState -p ActiveEnterTimestampMonotonic -p ExecMainStartTimestampMonotonic "
@@ -431,7 +431,8 @@ def test_another_users_server_on_the_gates_address_gets_nothing(processes, unit,
     url = base_url(host, port)
     exc, took = timed(gate(url, api_key=KEY, unit=unit, wait=30).run)
     assert isinstance(exc, _ready.PeerRefused) and isinstance(exc, _ready.ServerRefused), exc
-    comm = os.path.basename(os.path.realpath(sys.executable))[:15]  # the kernel's name of the process
+    # the kernel's name of the other user's process: the interpreter it runs
+    comm = os.path.basename(vllm_fakes._interpreter_for(OTHER_UID))[:15]  # pylint: disable=protected-access
     where = "%s port %d" % (other_at, port) if host == other_at else "%s port %d (%s)" % (host, port, other_at)
     assert exc.msg == (
         "vLLM at %s (unit vllm.service), model m: %s is held by process %d (%s, user nobody), not by the "

@@ -156,44 +156,45 @@ def socket_address(name):
     return _plain_address(ipaddress.ip_address(name[0].split("%", 1)[0])), name[1]
 
 
+def _tcp_rows(proc):
+    """The rows of ``/proc/net/tcp`` and ``/proc/net/tcp6`` (each split into its columns, the header left out, rows
+    too short for an inode skipped). Raises OSError when a table that is there cannot be read."""
+    for name in ("tcp", "tcp6"):
+        path = os.path.join(proc, "net", name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as handle:
+            next(handle, None)
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 9:
+                    yield fields
+
+
 def socket_inode(local, remote, proc="/proc"):
     """The inode of this node's TCP socket whose own address is ``local`` and whose other end is ``remote``
     (``(ip_address, port)`` pairs, :func:`socket_address`), from ``/proc/net/tcp`` and ``/proc/net/tcp6``: None when
     there is none (``local`` is not an address of this node, or not of its network namespace), 0 while it waits in
     a listener's queue (no process has accepted it yet). Raises OSError when the tables cannot be read."""
     found = None
-    for name in ("tcp", "tcp6"):
-        path = os.path.join(proc, "net", name)
-        if not os.path.exists(path):
+    for fields in _tcp_rows(proc):
+        try:
+            if _proc_address(fields[1]) == local and _proc_address(fields[2]) == remote:
+                found = max(found or 0, int(fields[9]))
+        except ValueError:
             continue
-        with open(path) as handle:
-            next(handle, None)
-            for line in handle:
-                fields = line.split()
-                try:
-                    if len(fields) > 9 and _proc_address(fields[1]) == local and _proc_address(fields[2]) == remote:
-                        found = max(found or 0, int(fields[9]))
-                except ValueError:
-                    continue
     return found
 
 
 def socket_uid(inode, proc="/proc"):
     """The user that owns the TCP socket ``inode`` (the ``uid`` column of ``/proc/net/tcp*``, readable by every
     user); None when it is not there."""
-    for name in ("tcp", "tcp6"):
-        path = os.path.join(proc, "net", name)
-        if not os.path.exists(path):
-            continue
-        with open(path) as handle:
-            next(handle, None)
-            for line in handle:
-                fields = line.split()
-                if len(fields) > 9 and fields[9] == str(inode):
-                    try:
-                        return int(fields[7])
-                    except ValueError:
-                        return None
+    for fields in _tcp_rows(proc):
+        if fields[9] == str(inode):
+            try:
+                return int(fields[7])
+            except ValueError:
+                return None
     return None
 
 

@@ -1,11 +1,12 @@
 """Each step of engine_service runs once per site run (issue 26, finding 4). playbooks/site.yml checks
-systemd (tasks/systemd.yml) before engine_node builds and stages the pinned weights (tasks/stage.yml)
-after it, in its engine play; the role, in the rollout play, then neither asks systemd again nor stages
-again. Run on its own (a user's playbook, molecule), the role does both, and does them again when a later
-play of the same playbook runs it again.
+systemd (entry point systemd) before engine_node builds and stages the pinned weights (entry point stage)
+after it, in its engine play; its rollout play runs the entry point rollout, which neither asks systemd
+again nor stages again (no flag between the plays: the entry point has no such step). Run on its own (a
+user's playbook, molecule), the role's main does both, and does them again when a later play of the same
+playbook runs it again.
 
 The site-shaped playbook is made of site.yml's own engine_service tasks (its engine play's tasks that
-include the role's steps, less the looks, then the rollout play's role), without engine_node: the
+include the role's steps, less the looks, then the rollout play's tasks), without engine_node: the
 node's engine is laid out by the fake of tests/roles/engines.py, the weights come from the fake hub."""
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ def site_shaped():
     # the looks go with engine_node's plan (the first reads the node for it, the second reads its result): a node
     # that engine_node changes is not settled, and takes every step below (test_engine_service_look.py has them)
     steps = steps[2:]
-    assert [r["role"] for r in rollout["roles"]] == [ROLE]
+    assert [_role_step(t)["tasks_from"] for t in _engine_service_includes(rollout["tasks"])] == ["rollout"]
     return [{"name": "engine play", "hosts": "node", "gather_facts": False, "tasks": steps},
-            {"name": "rollout play", "hosts": "node", "gather_facts": False, "roles": rollout["roles"]}]
+            {"name": "rollout play", "hosts": "node", "gather_facts": False, "tasks": rollout["tasks"]}]
 
 
 def ran(run, name):

@@ -13,13 +13,16 @@ filter engine_gateway_haproxy_values checked.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import stat
 import subprocess
 import sys
 
 import jinja2
 import jinja2.meta
 import pytest
+import yaml
 
 from tests.unit.plugins.filter._plugins import filter_plugin
 
@@ -28,6 +31,7 @@ ROLE = REPO / "roles" / "engine_gateway"
 GOLDEN = pathlib.Path(__file__).resolve().parent / "haproxy_golden"
 TASK = "Write the gateway's HAProxy configuration"
 GATEWAY = filter_plugin("engine_gateway")
+HAPROXY = "/usr/sbin/haproxy"
 
 # In a child process: the plugin loader set up for the collection changes global state of ansible.
 _AS_THE_ROLE = r'''
@@ -39,7 +43,10 @@ from ansible.template import Templar, trust_as_template
 
 init_plugin_loader([sys.argv[1]])
 role = pathlib.Path(sys.argv[2])
-case = json.loads(sys.stdin.read())
+task = next(t for t in yaml.safe_load((role / "tasks/main.yml").read_text()) if t.get("name") == sys.argv[3])
+args = task["ansible.builtin.template"]
+source = (role / "templates" / args["src"]).read_text()
+layers = [yaml.safe_load((role / layer).read_text()) for layer in ("defaults/main.yml", "vars/main.yml")]
 
 
 def trusted(value):
@@ -52,24 +59,21 @@ def trusted(value):
     return value
 
 
-names = {}
-for layer in ("defaults/main.yml", "vars/main.yml"):
-    names.update({key: trusted(value) for key, value in yaml.safe_load((role / layer).read_text()).items()})
-names.update({key: trusted(value) for key, value in case["variables"].items()})
-names["groups"] = {"all": list(case["variables"]["hostvars"])}
-task = next(t for t in yaml.safe_load((role / "tasks/main.yml").read_text()) if t.get("name") == case["task"])
-names.update({key: trusted(value) for key, value in task.get("vars", {}).items()})
-args = task["ansible.builtin.template"]
-templar = Templar(loader=DataLoader(), variables=names)
-source = trust_as_template((role / "templates" / args["src"]).read_text())
-try:
-    # what ansible.builtin.template gives Templar (plugins/action/template.py) when the task sets none of them
-    text = templar.template(source, escape_backslashes=False,
-                            overrides=dict(trim_blocks=True, lstrip_blocks=False, newline_sequence="\n"))
-except Exception as exc:  # the error as the play would show it
-    print(json.dumps({"error": str(exc)}))
-    sys.exit(0)
-print(json.dumps({"text": text, "args": args}))
+def render(variables):
+    names = {}
+    for layer in layers + [variables, {"groups": {"all": list(variables["hostvars"])}}, task.get("vars", {})]:
+        names.update({key: trusted(value) for key, value in layer.items()})
+    templar = Templar(loader=DataLoader(), variables=names)
+    try:
+        # what ansible.builtin.template gives Templar (plugins/action/template.py) when the task sets none of them
+        return {"text": templar.template(trust_as_template(source), escape_backslashes=False,
+                                         overrides=dict(trim_blocks=True, lstrip_blocks=False, newline_sequence="\n")),
+                "args": args}
+    except Exception as exc:  # the error as the play would show it
+        return {"error": str(exc)}
+
+
+print(json.dumps({name: render(variables) for name, variables in json.loads(sys.stdin.read()).items()}))
 '''
 
 HOSTVARS = {
@@ -122,23 +126,35 @@ CASES = {
 
 def _filter_arguments(variables):
     """What the role hands engine_gateway_haproxy_cfg for a case: its values, its fleet, its host."""
-    defaults = __import__("yaml").safe_load((ROLE / "defaults" / "main.yml").read_text())
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     values = {key: variables.get(name, defaults[name]) for key, name in GATEWAY.VARIABLES.items()}
     fleet = GATEWAY.engine_gateway_fleet(variables["hostvars"], list(variables["hostvars"]))
     return values, fleet, variables["inventory_hostname"]
 
 
-def _as_the_role(variables, task=TASK):
+def _as_the_role(cases):
+    """{name: {text, args} or {error}} for each of ``cases`` ({name: variables}), in one child process."""
     found = subprocess.run(
-        [sys.executable, "-c", _AS_THE_ROLE, str(REPO / "build" / "collections"), str(ROLE)],
-        input=json.dumps({"task": task, "variables": variables}), capture_output=True, text=True, check=False)
+        [sys.executable, "-c", _AS_THE_ROLE, str(REPO / "build" / "collections"), str(ROLE), TASK],
+        input=json.dumps(cases), capture_output=True, text=True, check=False)
     assert found.returncode == 0, found.stderr[-3000:]
     return json.loads(found.stdout)
 
 
+INJECTIONS = [
+    ("engine_gateway_bind", "0.0.0.0\n    stats enable"),
+    ("engine_gateway_socket", "/run/x.sock mode 666"),
+    ("engine_gateway_metrics_allow", ["10.0.0.5 # x"]),
+    ("engine_gateway_retry_on", ["conn-failure\n    stats enable"]),
+    ("engine_gateway_timeout_server", "600s\n    stats enable"),
+]
+
+
 @pytest.fixture(scope="module")
 def rendered():
-    return {name: _as_the_role(variables) for name, variables in CASES.items()}
+    cases = dict(CASES, **{"injection%d" % index: dict(CASES["fleet"], **{variable: value})
+                           for index, (variable, value) in enumerate(INJECTIONS)})
+    return _as_the_role(cases)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -159,15 +175,10 @@ def test_the_configuration_is_checked_by_haproxy_before_it_is_written_root_only(
     assert (args["owner"], args["group"], args["mode"]) == ("root", "root", "0600")
 
 
-@pytest.mark.parametrize("variable, value", [
-    ("engine_gateway_bind", "0.0.0.0\n    stats enable"),
-    ("engine_gateway_socket", "/run/x.sock mode 666"),
-    ("engine_gateway_metrics_allow", ["10.0.0.5 # x"]),
-    ("engine_gateway_retry_on", ["conn-failure\n    stats enable"]),
-    ("engine_gateway_timeout_server", "600s\n    stats enable"),
-])
-def test_a_value_that_would_add_a_directive_fails_the_roles_task_naming_its_variable(variable, value):
-    found = _as_the_role(dict(CASES["fleet"], **{variable: value}))
+@pytest.mark.parametrize("index", range(len(INJECTIONS)))
+def test_a_value_that_would_add_a_directive_fails_the_roles_task_naming_its_variable(rendered, index):
+    variable = INJECTIONS[index][0]
+    found = rendered["injection%d" % index]
     assert "text" not in found, found["text"]
     assert variable + " is " in found["error"], found["error"]
 
@@ -181,3 +192,45 @@ def test_the_template_prints_only_the_checked_values():
     # the notes for maintainers (Jinja comments) stay out of the file
     text = (GOLDEN / "fleet.cfg").read_text()
     assert "{" + "#" not in text and "#}" not in text
+
+
+def _play(tmp_path, *options):
+    """ansible-playbook of the role's template task, as the role holds it (its defaults, vars/main.yml and templates;
+    only ``dest`` moved under tmp_path) on the inventory of the "fleet" case, the gateway reached locally."""
+    role = tmp_path / "roles" / "gateway_conf"
+    if not role.exists():
+        (role / "tasks").mkdir(parents=True)
+        for part in ("defaults", "vars", "templates"):
+            (role / part).symlink_to(ROLE / part, target_is_directory=True)
+        task = next(t for t in yaml.safe_load((ROLE / "tasks" / "main.yml").read_text()) if t.get("name") == TASK)
+        task["ansible.builtin.template"]["dest"] = str(tmp_path / "haproxy.cfg")
+        if not os.access(HAPROXY, os.X_OK):
+            # no haproxy here: the check's refusals are test_engine_gateway_validate.py's; this one accepts
+            task["ansible.builtin.template"]["validate"] = "%s -c pass %%s" % sys.executable
+        (role / "tasks" / "main.yml").write_text(yaml.safe_dump([task]))
+        hosts = {host: dict(variables, ansible_connection="local", ansible_python_interpreter=sys.executable)
+                 for host, variables in CASES["fleet"]["hostvars"].items()}
+        (tmp_path / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+        (tmp_path / "play.yml").write_text(yaml.safe_dump([{
+            "hosts": "gw", "gather_facts": False, "roles": ["gateway_conf"],
+            "vars": {"engine_gateway_models": CASES["fleet"]["engine_gateway_models"]}}]))
+    env = dict(os.environ, ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "tmp"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_ROLES_PATH=str(tmp_path / "roles"), ANSIBLE_STDOUT_CALLBACK="default")
+    playbook = pathlib.Path(sys.executable).parent / "ansible-playbook"
+    done = subprocess.run([str(playbook), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"), *options],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_check_mode_shows_the_diff_the_run_writes_the_golden_bytes_root_only_and_a_rerun_changes_nothing(tmp_path):
+    dest = tmp_path / "haproxy.cfg"
+    checked = _play(tmp_path, "--check", "--diff")
+    assert not dest.exists()
+    assert "changed: [gw]" in checked and "+    server node-2 10.0.0.12:8000 check" in checked, checked
+    written = _play(tmp_path, "--diff")
+    assert "changed: [gw]" in written
+    assert dest.read_text() == (GOLDEN / "fleet.cfg").read_text()
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    again = _play(tmp_path)
+    assert "changed=0" in again and "changed: [gw]" not in again, again

@@ -290,11 +290,11 @@ def _printable(value, where="values"):
         return value
     if isinstance(value, str) and (value == "" or _PRINTABLE_RE.fullmatch(value)):
         return value
-    raise AnsibleFilterError("engine_gateway_haproxy_values: %s is %s, which HAProxy would not read as one word"
-                             % (where, _json(value)))
+    raise AnsibleFilterError("%s is %s, which HAProxy would not read as one word" % (where, _json(value)))
 
 
 def _haproxy_values(name, values, fleet, gateway_host):
+    """engine_gateway_haproxy_values' result; ``name``, the filter called, starts each error."""
     problems = engine_gateway_problems(values)
     merged = dict(DEFAULTS, **dict(values or {}))
     if not problems:
@@ -321,7 +321,7 @@ def _haproxy_values(name, values, fleet, gateway_host):
                         for host, address, port in served[entry["name"]]],
         } for entry in merged["models"]],
     })
-    return _printable(out)
+    return _printable(out, name + ": values")
 
 
 def engine_gateway_haproxy_values(values, fleet, gateway_host=None):

@@ -2,17 +2,15 @@
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The engine_gateway role's HAProxy, as filters: the fleet's servers read from the inventory
-(``engine_gateway_fleet``), the problems of the gateway's values (``engine_gateway_problems``) and the whole
-HAProxy configuration (``engine_gateway_haproxy_cfg``), rendered here line by line from the values the
-problems let through, so that the role's task files hold no logic and no value can add a directive of its own.
-
-One frontend per model, on a port of its own: the OpenAI API names the model in the JSON body, which HAProxy
-would have to buffer and parse to route on; a path or host rule would make every client change its URL or
-DNS. A port per model keeps the clients' URLs as they are against one node.
+(``engine_gateway_fleet``), the problems of the gateway's values (``engine_gateway_problems``), and the values of
+the HAProxy configuration (``engine_gateway_haproxy_values``), each one let through only when those problems find
+nothing wrong with it, so that the role's template (``roles/engine_gateway/templates/haproxy.cfg.j2``) only prints
+them and no value can add a directive of its own; the configuration's text as that template renders it
+(``engine_gateway_haproxy_cfg``, for the tests and the bench).
 
 What HAProxy does with it: tests/unit/plugins/filter/test_engine_gateway.py (``haproxy -c`` of the rendered
-text where haproxy is installed), tests/system/test_gateway_haproxy.py (a real haproxy before fake engines,
-drained through its admin socket while a client sends requests).
+text), tests/unit/roles/test_haproxy_template.py (the bytes the role writes), tests/system/test_gateway_haproxy.py
+(a real haproxy before fake engines, drained through its admin socket while a client sends requests).
 Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
@@ -20,8 +18,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import pathlib
 import posixpath
 import re
+
+import jinja2
 
 from ansible.errors import AnsibleFilterError
 
@@ -269,101 +270,82 @@ def engine_gateway_servers(fleet, models):
             for entry in models]
 
 
-def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
-    """The whole HAProxy configuration of the gateway: ``values`` (engine_gateway_problems' keys), ``fleet``
-    (engine_gateway_fleet). Raises AnsibleFilterError listing every problem."""
+# The numbers of the configuration, each checked by engine_gateway_problems as a whole number in its range.
+_NUMBERS = ("metrics_port", "timeout_connect", "timeout_client", "timeout_server", "timeout_queue", "maxconn",
+            "server_maxconn", "check_interval", "check_fall", "check_rise", "error_limit", "retries", "hard_stop_after",
+            "request_buffer_kib")
+# What the template may print: words HAProxy reads as one (an IPv6 address in brackets, "*" for any address).
+_PRINTABLE_RE = re.compile(r"[A-Za-z0-9._:/@+=\[\]*-]+")
+
+
+def _printable(value, where="values"):
+    """``value`` as it is when every string in it is one word of _PRINTABLE_RE and every number a whole one; else
+    AnsibleFilterError. The last gate before the template: a value some future check forgets still cannot end a
+    line, start a comment or add a word."""
+    if isinstance(value, dict):
+        return {key: _printable(item, "%s.%s" % (where, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_printable(item, "%s[%d]" % (where, index)) for index, item in enumerate(value)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and (value == "" or _PRINTABLE_RE.fullmatch(value)):
+        return value
+    raise AnsibleFilterError("%s is %s, which HAProxy would not read as one word" % (where, _json(value)))
+
+
+def _haproxy_values(name, values, fleet, gateway_host):
+    """engine_gateway_haproxy_values' result; ``name``, the filter called, starts each error."""
     problems = engine_gateway_problems(values)
     merged = dict(DEFAULTS, **dict(values or {}))
     if not problems:
         fleet_problems, served = _fleet_problems(fleet, merged["models"], gateway_host)
         problems += fleet_problems
     if problems:
-        raise AnsibleFilterError("engine_gateway_haproxy_cfg: %s" % "; ".join(problems))
-    n = {key: int(merged[key]) for key in DEFAULTS if key in (
-        "metrics_port", "timeout_connect", "timeout_client", "timeout_server", "timeout_queue", "maxconn",
-        "server_maxconn", "check_interval", "check_fall", "check_rise", "error_limit", "retries", "hard_stop_after",
-        "request_buffer_kib")}
+        raise AnsibleFilterError("%s: %s" % (name, "; ".join(problems)))
+    n = {key: int(str(merged[key]).strip()) for key in _NUMBERS}
     bind = _address(merged["bind"])
-    tls = (" ssl crt %s alpn http/1.1" % merged["tls_certificate"]) if merged["tls_certificate"] else ""
-    lines = [
-        "# The llmfleet gateway (llmfleet.engines.engine_gateway): written by the role, checked with haproxy -c",
-        "# before it is put in place. Edits here are replaced by the next run.",
-        "global",
-        "    # to standard output: the unit's journal (the workers run chrooted, where /dev/log is not)",
-        "    log stdout format raw local0",
-        "    chroot /var/lib/haproxy",
-        "    user haproxy",
-        "    group haproxy",
-        "    maxconn %d" % n["maxconn"],
-        "    # the runtime API: root only (drain, ready, the servers' state); listeners handed over on reload",
-        "    stats socket %s mode 600 level admin expose-fd listeners" % merged["socket"],
-        "    stats timeout 30s",
-        "    # the servers' states saved before a reload (a drained server stays drained)",
-        "    server-state-file %s" % merged["state_file"],
-        "    # a reload's old process lets its connections finish, for at most this long",
-        "    hard-stop-after %ds" % n["hard_stop_after"],
-        "    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets",
-        "    # a request is retried only if HAProxy holds all of it: prompts up to this size (two buffers",
-        "    # per connection at most)",
-        "    tune.bufsize %d" % (n["request_buffer_kib"] * 1024),
-        "",
-        "defaults",
-        "    mode http",
-        "    log global",
-        "    option httplog",
-        "    option dontlognull",
-        "    load-server-state-from-file global",
-        "    timeout connect %ds" % n["timeout_connect"],
-        "    # a generation may stream for long; these are idle times between bytes",
-        "    timeout client %ds" % n["timeout_client"],
-        "    timeout server %ds" % n["timeout_server"],
-        "    timeout queue %ds" % n["timeout_queue"],
-        "    timeout http-request 30s",
-        "    timeout http-keep-alive 10s",
-        "    timeout check 5s",
-        "",
-        "# Prometheus' exporter (haproxy_* metrics): the servers' states, sessions, retries and errors; only for the",
-        "# gateway itself and engine_gateway_metrics_allow (anyone else: 403)",
-        "frontend llmfleet_metrics",
-        "    bind %s" % _bind(bind, n["metrics_port"]),
-        "    http-request set-log-level silent",
-        "    acl llmfleet_metrics_clients src %s" % " ".join(
-            list(METRICS_LOOPBACK) + [_network(item) for item in merged["metrics_allow"]]),
-        "    http-request deny deny_status 403 if !llmfleet_metrics_clients",
-        "    http-request use-service prometheus-exporter if { path /metrics }",
-        "    http-request return status 404",
-    ]
-    for entry in merged["models"]:
-        name = entry["name"]
-        backend = BACKEND_PREFIX + name
-        lines += [
-            "",
-            "frontend %s" % backend,
-            "    bind %s%s" % (_bind(bind, int(entry["port"])), tls),
-            "    default_backend %s" % backend,
-            "",
-            "backend %s" % backend,
-            "    balance leastconn",
-            "    # vLLM's /health (no API key needed); a stopping vLLM still answers it 200: the rollout drains",
-            "    # the server first, and a request it answers 500 is sent again to another server",
-            "    option httpchk",
-            "    http-check send meth GET uri /health",
-            "    http-check expect status 200",
-            "    # the whole request read before it is sent: only then can HAProxy send it again",
-            "    option http-buffer-request",
-            "    retry-on %s" % " ".join(str(item) for item in merged["retry_on"]),
-            "    retries %d" % n["retries"],
-            "    option redispatch 1",
-            "    # init-addr: a node's name the gateway cannot resolve leaves that server in maintenance (MAINT",
-            "    # (resolution), which haproxy_info names), not the whole gateway unable to start or reload",
-            "    default-server inter %ds fall %d rise %d maxconn %d observe layer7 error-limit %d on-error mark-down"
-            " init-addr last,libc,none"
-            % (n["check_interval"], n["check_fall"], n["check_rise"], n["server_maxconn"], n["error_limit"]),
-        ]
-        for host, address, port in served[name]:
-            lines.append("    server %s %s check" % (host, _bind(address, port) if _address(address) else "%s:%d" % (address, port)))
-    lines.append("")
-    return "\n".join(lines)
+    out = {key: n[key] for key in _NUMBERS if key not in ("metrics_port", "request_buffer_kib")}
+    out.update({
+        "socket": merged["socket"],
+        "state_file": merged["state_file"],
+        "bufsize": n["request_buffer_kib"] * 1024,
+        "metrics_bind": _bind(bind, n["metrics_port"]),
+        "metrics_clients": list(METRICS_LOOPBACK) + [_network(item) for item in merged["metrics_allow"]],
+        "tls_certificate": merged["tls_certificate"] or "",
+        "retry_on": [str(item) for item in merged["retry_on"]],
+        "models": [{
+            "backend": BACKEND_PREFIX + entry["name"],
+            "bind": _bind(bind, int(str(entry["port"]).strip())),
+            # an IP address as HAProxy takes it with a port (IPv6 in brackets), a name as it is
+            "servers": [{"name": host, "address": _bind(address, port) if _address(address) else "%s:%d" % (address, port)}
+                        for host, address, port in served[entry["name"]]],
+        } for entry in merged["models"]],
+    })
+    return _printable(out, name + ": values")
+
+
+def engine_gateway_haproxy_values(values, fleet, gateway_host=None):
+    """What the role's template (``roles/engine_gateway/templates/haproxy.cfg.j2``) prints in the gateway's HAProxy
+    configuration, from ``values`` (engine_gateway_problems' keys) and ``fleet`` (engine_gateway_fleet): every value
+    checked as engine_gateway_problems and engine_gateway_fleet_problems check it (AnsibleFilterError listing every
+    problem), numbers as ints, addresses and networks normalised, binds and servers as ``<address>:<port>``; the
+    template computes nothing."""
+    return _haproxy_values("engine_gateway_haproxy_values", values, fleet, gateway_host)
+
+
+# The role's template, as its task renders it (ansible.builtin.template's defaults: trim_blocks, no lstrip_blocks,
+# the template's last newline kept).
+_TEMPLATES = pathlib.Path(__file__).resolve().parents[2] / "roles" / "engine_gateway" / "templates"
+
+
+def engine_gateway_haproxy_cfg(values, fleet, gateway_host=None):
+    """The whole HAProxy configuration of the gateway as text: ``templates/haproxy.cfg.j2`` rendered with
+    ``engine_gateway_haproxy_values(values, fleet, gateway_host)``, the bytes the role writes (for the tests, the
+    bench and a playbook of its own). Raises AnsibleFilterError listing every problem."""
+    checked = _haproxy_values("engine_gateway_haproxy_cfg", values, fleet, gateway_host)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)), trim_blocks=True,
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    return env.get_template("haproxy.cfg.j2").render({"__engine_gateway_haproxy": checked})
 
 
 def engine_gateway_drains(hostvars, gateways, host, units):
@@ -412,5 +394,6 @@ class FilterModule:
             "engine_gateway_fleet_problems": engine_gateway_fleet_problems,
             "engine_gateway_servers": engine_gateway_servers,
             "engine_gateway_haproxy_cfg": engine_gateway_haproxy_cfg,
+            "engine_gateway_haproxy_values": engine_gateway_haproxy_values,
             "engine_gateway_drains": engine_gateway_drains,
         }

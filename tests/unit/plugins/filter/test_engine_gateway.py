@@ -2,16 +2,19 @@
 the gateway's values checked, HAProxy's configuration rendered, and what a node's rollout drains.
 
 The configuration is data: a value that would end a word, start a comment or an escape is refused with
-its variable's name and value; what is rendered is pinned directive by directive (the health check, the
-retries on the real engine's shutdown 500, the passive checks, the root-only admin socket, no stats
-page); and a real HAProxy (``haproxy -c``, Debian's package, which ``make test`` installs) accepts it.
-What it does with traffic: tests/system/test_gateway_haproxy.py.
+its variable's name and value, and what reaches the role's template (engine_gateway_haproxy_values) is plain,
+normalised data of single words; the text (the role's templates/haproxy.cfg.j2, rendered by
+engine_gateway_haproxy_cfg) is pinned directive by directive (the health check, the retries on the real
+engine's shutdown 500, the passive checks, the root-only admin socket, no stats page); and a real HAProxy
+(``haproxy -c``, Debian's package, which ``make test`` installs) accepts it. The bytes the role writes:
+tests/unit/roles/test_haproxy_template.py. What it does with traffic: tests/system/test_gateway_haproxy.py.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 
@@ -26,6 +29,7 @@ fleet_of = F["engine_gateway_fleet"]
 problems = F["engine_gateway_problems"]
 fleet_problems = F["engine_gateway_fleet_problems"]
 cfg = F["engine_gateway_haproxy_cfg"]
+values_of = F["engine_gateway_haproxy_values"]
 servers = F["engine_gateway_servers"]
 drains = F["engine_gateway_drains"]
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -141,6 +145,43 @@ def test_tls_from_a_certificate_path_on_every_model_frontend():
     assert "    bind [::]:9000\n" in render(bind="::")
 
 
+def test_the_templates_values_are_plain_data_checked_and_normalised():
+    # what a play hands the filter: numbers as strings (-e), an address and a network not in their usual form
+    found = values_of({"models": [{"name": "qwen", "port": "9000"}], "bind": "0:0::0", "timeout_connect": " 7",
+                       "metrics_allow": ["10.1.2.3/16", "2001:DB8::5"], "retry_on": ["conn-failure", 503],
+                       "tls_certificate": "/etc/ssl/private/gateway.pem", "request_buffer_kib": "128"},
+                      fleet_of(dict(HOSTVARS, v6={"engine_service_models": [{"name": "qwen", "port": 8000}],
+                                                  "engine_service_host": "::", "engine_gateway_address": "2001:db8::7"}),
+                               ["node-1", "v6"]), "gw")
+    assert found == {
+        "maxconn": 4096, "socket": "/run/llmfleet-gateway/admin.sock", "state_file": "/var/lib/llmfleet-gateway/servers.state",
+        "hard_stop_after": 3600, "bufsize": 131072, "timeout_connect": 7, "timeout_client": 600, "timeout_server": 600,
+        "timeout_queue": 60, "metrics_bind": "[::]:8405",
+        "metrics_clients": ["127.0.0.0/8", "::1/128", "10.1.0.0/16", "2001:db8::5/128"],
+        "tls_certificate": "/etc/ssl/private/gateway.pem", "retry_on": ["conn-failure", "503"], "retries": 3,
+        "check_interval": 2, "check_fall": 2, "check_rise": 2, "server_maxconn": 256, "error_limit": 10,
+        "models": [{"backend": "llmfleet_qwen", "bind": "[::]:9000",
+                    "servers": [{"name": "node-1", "address": "10.0.0.11:8000"},
+                                {"name": "v6", "address": "[2001:db8::7]:8000"}]}],
+    }
+    # nothing the template could call or iterate in a way of its own: JSON's types only
+    assert json.loads(json.dumps(found)) == found
+
+
+@pytest.mark.parametrize("value", ["/run/a b.sock", "/run/x.sock\n    stats enable", "/run/x#y", "/run/'x'", "/run/x\\y",
+                                   "/run/\u00e9"])
+def test_a_value_a_check_forgot_still_cannot_reach_the_template(monkeypatch, value):
+    # the paths' check, as if a later change had made it let anything through: the last gate of
+    # engine_gateway_haproxy_values still refuses what HAProxy would not read as one word
+    monkeypatch.setattr(M, "_WORD_RE", re.compile(".+", re.S))
+    assert problems({"models": MODELS, "socket": value}) == []
+    with pytest.raises(AnsibleFilterError, match="engine_gateway_haproxy_values: values.socket is .*not read as one word"):
+        values_of({"models": MODELS, "socket": value}, fleet(), "gw")
+    for other in (True, None, 1.5, ["a b"]):
+        with pytest.raises(AnsibleFilterError, match=r"values.models\[0\].bind(\[0\])? is"):
+            M._printable({"models": [{"bind": other}]})
+
+
 @pytest.mark.parametrize("key, value, variable", [
     ("bind", "0.0.0.0\n    stats enable", "engine_gateway_bind"),
     ("bind", "10.0.0.1 # x", "engine_gateway_bind"),
@@ -168,6 +209,8 @@ def test_a_bad_value_is_refused_naming_its_variable_and_value(key, value, variab
     assert json.dumps(value, sort_keys=True) in found[0]
     with pytest.raises(AnsibleFilterError, match=variable):
         render(**{key: value})
+    with pytest.raises(AnsibleFilterError, match="engine_gateway_haproxy_values: .*" + variable):
+        values_of(dict({"models": MODELS}, **{key: value}), fleet(), "gw")
 
 
 @pytest.mark.parametrize("models, expected", [

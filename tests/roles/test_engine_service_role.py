@@ -117,7 +117,7 @@ def test_a_version_that_does_not_serve_is_rolled_back(node):
     assert node.envs() == [OLD, NEW], "nothing is pruned when the new version did not serve"
 
 
-def test_a_port_held_by_another_program_stops_nothing(node):
+def test_a_port_held_by_another_program_and_a_missing_model_path_stop_nothing(node):
     node.make_env(*OLD.split("-"))
     node.set_current(OLD)
     serving = node.models[0]
@@ -126,13 +126,17 @@ def test_a_port_held_by_another_program_stops_nothing(node):
     pid = node.main_pid(node.unit(serving))
     node.make_env(*NEW.split("-"))
     other = node.model("b")
+    # a model path that is not on the node (the node's check, not the inventory's: the path is well formed)
+    missing = node.model("c", model="/srv/llmfleet-test-nowhere/model")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", other["port"]))
         taken.listen()
-        # an upgrade would stop the serving unit: the preflight fails the host before that
-        run = node.play(models=[serving, other], pending=NEW, current=OLD, extra_vars=node.hook_vars())
+        # an upgrade would stop the serving unit: the preflight fails the host before that, naming both problems
+        run = node.play(models=[serving, other, missing], pending=NEW, current=OLD, extra_vars=node.hook_vars())
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
     assert 'port %d of "%s" is in use by another program' % (other["port"], other["name"]) in run.output, \
+        run.explain()
+    assert 'model "/srv/llmfleet-test-nowhere/model" of "%s" does not exist on this node' % missing["name"] in run.output, \
         run.explain()
     assert "Nothing was stopped" in run.output
     assert run.verbs("stop", "start", "restart", "kill") == [], run.calls

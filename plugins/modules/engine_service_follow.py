@@ -18,8 +18,9 @@ description:
     M(llmfleet.engines.rollout_lock) and O(lock_token)) and asks M(ansible.builtin.async_status) whether each
     job has ended. From the first interval on, for each download still going it reads its progress file
     (O(jobs[].progress), the module's O(llmfleet.engines.model_snapshot#module:progress_file)) and prints a line,
-    C(<host> <name>: <files being downloaded>, <MiB done> of <MiB total> MiB at <rate> MiB/s, file <n> of <m>
-    (<seconds> s)), or C(starting) before the file exists and C(finishing) once the module has removed it.
+    C(<host> <name>: <files being downloaded>, <MiB done> of <MiB total> MiB at <rate> MiB/s, file <n> of <m>)
+    followed by the seconds since the start in brackets; C(starting) in place of the figures before the file
+    exists, C(finishing) once the module has removed it.
   - A lock that cannot be refreshed (another run took it over as stale) fails the task, with RV(lost); the
     run must not go on changing the node.
   - A download that failed does not fail this task; the task that collects the jobs' results

@@ -5,20 +5,18 @@
 
 Follows a build that uv_engine_env runs in the background (``async``) until it ends, in one task:
 every ``interval`` seconds it asks async_status and reads the step the build is in
-(``<path>.progress.json``, which uv_engine_env keeps), and prints a line. A loop here, not a task
-file that includes itself once per interval (about 240 levels for an hour's build), and bounded by
-``timeout``. Its result is async_status's last one: a build that failed fails this task.
+(``<path>.progress.json``, which uv_engine_env keeps), and prints a line. The loop, bounded by
+``timeout``, is plugin_utils/_follow.py's, which engine_service_follow shares. Its result is
+async_status's last one: a build that failed fails this task.
 """
 
 from __future__ import annotations
 
-import base64
-import json
-import time
-
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._follow import async_dir, follow, job_status, read_json
 
 display = Display()
 
@@ -58,38 +56,33 @@ class ActionModule(ActionBase):
         if args["interval"] < 1 or args["timeout"] < 1:
             raise AnsibleActionFail("%s: engine_node_follow: interval is %r and timeout %r, allowed: whole numbers of "
                                     "seconds, 1 or more" % (host, args["interval"], args["timeout"]))
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
-        started = time.monotonic()
-        step, since, tick = "", started, started
-        while True:
-            # asked at once too: a build that ended while the forks followed other nodes waits no interval
-            status = self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                                          module_args={"jid": args["jid"], "mode": "status", "_async_dir": async_dir})
-            if status.get("failed") or status.get("finished"):
-                result.update(status)
-                result["finished"] = bool(status.get("finished"))
-                return result
-            now = time.monotonic()
-            if now - started >= args["timeout"]:
-                result.update(failed=True, finished=False, ansible_job_id=args["jid"],
-                              msg="%s: %s did not end within %d s (the job %s may still run on the node)"
-                                  % (host, args["what"], args["timeout"], args["jid"]))
-                return result
-            if tick > started:  # a line per interval, the first after one
-                current = step_now(self._progress(args["progress"], step, task_vars), step)
-                if current != step:
-                    step, since = current, now
-                display.display(progress_line(args["what"], host, args["steps"], step, now - since, now - started))
-            # every interval from the start, however long the questions took
-            tick += args["interval"]
-            time.sleep(max(0.0, tick - time.monotonic()))
+        directory = async_dir(self)
+        seen = {"step": "", "since": 0.0}
+
+        def each_interval(_running, elapsed, rounds):
+            if not rounds:  # a line per interval, the first after one
+                return
+            current = step_now(self._progress(args["progress"], seen["step"], task_vars), seen["step"])
+            if current != seen["step"]:
+                seen.update(step=current, since=elapsed)
+            display.display(progress_line(args["what"], host, args["steps"], seen["step"], elapsed - seen["since"],
+                                          elapsed))
+
+        ended, _running = follow(lambda jid: job_status(self, task_vars, jid, directory), [args["jid"]],
+                                 args["interval"], args["timeout"], each_interval)
+        if args["jid"] not in ended:
+            result.update(failed=True, finished=False, ansible_job_id=args["jid"],
+                          msg="%s: %s did not end within %d s (the job %s may still run on the node)"
+                              % (host, args["what"], args["timeout"], args["jid"]))
+            return result
+        # the build's own result: one that failed fails this task
+        result.update(ended[args["jid"]])
+        result["finished"] = bool(ended[args["jid"]].get("finished"))
+        return result
 
     def _progress(self, path, step, task_vars):
         """The progress file's content; None where there is none."""
-        read = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars, module_args={"src": path})
-        if read.get("failed") or "content" not in read:
-            return None
         try:
-            return json.loads(base64.b64decode(read["content"]).decode("utf-8"))
+            return read_json(self, task_vars, path)
         except ValueError:  # read while it was written: the step before
             return {"step": step}

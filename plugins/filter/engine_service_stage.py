@@ -5,8 +5,8 @@
 fleet's models, each with the name of its lock file (``engine_service_model_pins``), and whether the models
 a node stages at once fit its disk together (``engine_service_stage_space``; each model's own check,
 model_snapshot's, sees the same free space; this one adds them up, per filesystem), the locks kept
-from a look-up (``engine_service_kept_locks``, stage_pin.yml) and the commits the staging step keeps
-(``engine_service_in_use``, stage_weights.yml).
+from a look-up (``engine_service_kept_locks``, stage_pin.yml), the commits the staging step keeps
+(``engine_service_in_use``, stage_weights.yml) and the downloads it follows (``engine_service_stage_jobs``).
 
 Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``, ``test_model_stage_filter.py``,
 ``test_engine_service_steps_filter.py``.
@@ -137,6 +137,24 @@ def engine_service_in_use(pins, locks, unit_reads):
     return sorted(set(commits))
 
 
+def engine_service_stage_jobs(started, cache_dir):
+    """The background downloads a looped ``model_snapshot`` (``async``, ``poll: 0``) started, for
+    engine_service_follow: ``[{jid, name, progress}]``, one per result with an ``ansible_job_id``; ``name``
+    is the pin's key (the result's ``item.item``: the look's item) and ``progress`` the progress file
+    the start task gives the module, ``<cache_dir>/<the pin's lock file name>.progress``."""
+    if not isinstance(started, list):
+        raise AnsibleFilterError("engine_service_stage_jobs: the input must be the results of the looped model_snapshot"
+                                 " started in the background (a list), not %r" % (started,))
+    jobs = []
+    for result in started:
+        if not isinstance(result, dict) or "ansible_job_id" not in result:
+            continue  # skipped: nothing started
+        pin = _field(_field(_field(result, "item", "started download"), "item", "model_snapshot look"), "key", "pin")
+        jobs.append({"jid": result["ansible_job_id"], "name": pin,
+                     "progress": "%s/%s.progress" % (cache_dir, result["item"]["item"]["file"])})
+    return jobs
+
+
 class FilterModule:
     """llmfleet.engines filters for the engine_service role's staging of models."""
 
@@ -146,4 +164,5 @@ class FilterModule:
             "engine_service_stage_space": engine_service_stage_space,
             "engine_service_kept_locks": engine_service_kept_locks,
             "engine_service_in_use": engine_service_in_use,
+            "engine_service_stage_jobs": engine_service_stage_jobs,
         }

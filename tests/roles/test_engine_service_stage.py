@@ -259,3 +259,23 @@ def test_staging_waits_for_the_rollout_lock_and_cleans_up_what_is_no_longer_list
         assert not _repo(root, CHAT).exists() and len(_snapshots(root, SHARDED)) == 1
     finally:
         subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_a_failed_download_fails_the_node_with_the_module_s_message(upstream, tmp_path):
+    root = _new_root(tmp_path, "tampered")
+    lock = root / "engines" / "vllm" / ".engine_service.lock"
+    # the weights come with a byte flipped: model_snapshot refuses them in the background job
+    upstream.fault("tamper", filename="model.safetensors")
+    try:
+        rc, out = _stage(upstream, tmp_path, root, [{"name": "chat", "model": CHAT, "revision": "v1", "port": 18000}],
+                         {"engine_service_model_progress_interval": 1})
+        assert rc != 0, out
+        # the follow ended with the job; the collect step failed the node with the module's own message
+        collect = out[out.index("TASK [llmfleet.engines.engine_service : Collect the staging results]"):].split("TASK [")[1]
+        assert "failed: [n1] (item=llmfleet-test/tiny-chat@v1)" in collect, out
+        assert re.search(r"Module failed: model\.safetensors of llmfleet-test/tiny-chat@[0-9a-f]{40} from \S+ is not the "
+                         r"lock's file: got 40000 bytes with sha256 ", collect), out
+        assert "Follow the downloads until they end" in out and not lock.exists(), out
+        assert not any((root / "models").glob("models--*/snapshots/*/model.safetensors")), "tampered weights staged"
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)

@@ -40,3 +40,36 @@ def test_models_that_fit_together_and_other_filesystems_pass():
 def test_not_a_list_is_refused():
     with pytest.raises(AnsibleFilterError):
         engine_service_stage_space("x")
+
+
+# -- engine_service_stage_jobs: the downloads stage_weights.yml started, for engine_service_follow ----------------
+
+engine_service_stage_jobs = filter_plugin("engine_service_stage").engine_service_stage_jobs
+
+
+def started(jid, key, file):
+    """One result of the looped model_snapshot started with async (its item: the check-mode look, whose item is
+    the pin)."""
+    out = {"started": 1, "finished": 0, "item": {"changed": True, "item": {"key": key, "file": file}}}
+    if jid:
+        out["ansible_job_id"] = jid
+    return out
+
+
+def test_each_started_download_is_a_job_with_its_pin_and_progress_file():
+    results = [started("j1.1", "org/chat@main", "org--chat@main.json"), started(None, "org/x@v1", "org--x@v1.json"),
+               started("j1.2", "org/code@v1", "org--code@v1.json")]
+    assert engine_service_stage_jobs(results, "/opt/llmfleet/models") == [
+        {"jid": "j1.1", "name": "org/chat@main", "progress": "/opt/llmfleet/models/org--chat@main.json.progress"},
+        {"jid": "j1.2", "name": "org/code@v1", "progress": "/opt/llmfleet/models/org--code@v1.json.progress"}]
+    assert engine_service_stage_jobs([], "/m") == []
+
+
+@pytest.mark.parametrize("results, words", [
+    ({"results": []}, "must be the results of the looped model_snapshot"),
+    ([{"ansible_job_id": "j1", "item": {"changed": True}}], "each model_snapshot look must be a mapping with 'item'"),
+])
+def test_what_is_not_the_started_downloads_is_refused(results, words):
+    with pytest.raises(AnsibleFilterError) as failed:
+        engine_service_stage_jobs(results, "/m")
+    assert words in str(failed.value)

@@ -5,7 +5,7 @@
 # idempotence, verify, destroy), stop the upstream by its PID. Prints each scenario's time.
 #
 #   tools/molecule.sh                 every scenario
-#   tools/molecule.sh cu129 ...       only these (a scenario with a BY_HAND file runs only so)
+#   tools/molecule.sh builds ...      only these (a scenario with a BY_HAND file runs only so)
 #   LLMFLEET_MOLECULE_DESTROY=never tools/molecule.sh serve   keep the containers of a failed run
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

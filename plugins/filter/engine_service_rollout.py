@@ -5,11 +5,12 @@
 ``rollout_lock`` module's): the unit files found on a node, kept to be restored when a
 change does not serve (``engine_service_saved_units``), which of them a change rewrites
 (``engine_service_changed_units``), the figures of a readiness gate (``engine_service_gate_figures``) and
-what failed in a rolled-out version, in words (``engine_service_failure``), and the node's readiness
+what failed in a rolled-out version, in words (``engine_service_failure``), which step the rollout
+takes next, read from its one state fact (``engine_service_rollout_may``), and the node's readiness
 line of the run's report (``engine_service_readiness``).
 
 Unit tests: ``tests/unit/plugins/filter/test_rollout_filter.py``, ``test_service_filter.py``,
-``test_engine_service_steps_filter.py``.
+``test_engine_service_steps_filter.py``, ``test_rollout_state_filter.py``.
 Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
@@ -96,6 +97,63 @@ def engine_service_failure(result, task=""):
     return text
 
 
+# The keys of the rollout's state (roll.yml's __engine_service_rollout, started there and updated by each step)
+ROLLOUT_KEYS = ("drain", "drain_why", "undo_why", "failure", "rolled_back", "rollback_why", "rollback_served",
+                "gateway_unready", "undrained")
+ROLLOUT_FLAGS = ("rolled_back", "rollback_served", "gateway_unready", "undrained")
+# 'ok', or where the drain failed (then nothing stops)
+DRAIN_STATES = ("ok", "failed_on_gateways", "failed_in_tasks")
+ROLLOUT_STEPS = ("drain_tasks", "restart", "undrain", "record", "prune")
+
+
+def _rollout(state):
+    if not isinstance(state, dict):
+        raise AnsibleFilterError("engine_service_rollout_may: the rollout's state must be the dict roll.yml starts"
+                                 " (__engine_service_rollout), not %r" % (state,))
+    missing = [key for key in ROLLOUT_KEYS if key not in state]
+    if missing:
+        raise AnsibleFilterError("engine_service_rollout_may: the rollout's state lacks %s (it has %s; roll.yml starts"
+                                 " it with %s)" % (", ".join(missing), ", ".join(sorted(state)) or "nothing",
+                                                   ", ".join(ROLLOUT_KEYS)))
+    if state["drain"] not in DRAIN_STATES:
+        raise AnsibleFilterError("engine_service_rollout_may: the rollout's drain is %r; it must be one of %s"
+                                 % (state["drain"], ", ".join(DRAIN_STATES)))
+    for key in ROLLOUT_FLAGS:
+        if not isinstance(state[key], bool):
+            raise AnsibleFilterError("engine_service_rollout_may: the rollout's %s is %r; it must be true or false"
+                                     % (key, state[key]))
+    return state
+
+
+def engine_service_rollout_may(state, step):
+    """Whether the rollout in ``state`` (roll.yml's ``__engine_service_rollout``) takes ``step``:
+
+    - ``drain_tasks``: the user's drain tasks run unless the gateways' drain failed. (Their own failure
+      is ``failed_in_tasks``, so that their rescue, under the same condition, still runs.)
+    - ``restart``: stop, switch, start and gate only after a drain that went through.
+    - ``undrain``: the node goes back in rotation (gateways, undrain tasks) when it serves: the change
+      passed its gate, or the rollback's previous version passed it again.
+    - ``record``: the change served (no failed drain, no rollback): its failure note goes.
+    - ``prune``: the change served and the node is back in rotation (the undrain tasks and the gateways):
+      only then are the environments beyond engine_node_keep removed.
+    """
+    state = _rollout(state)
+    if step not in ROLLOUT_STEPS:
+        raise AnsibleFilterError("engine_service_rollout_may: the step is %r; it must be one of %s"
+                                 % (step, ", ".join(ROLLOUT_STEPS)))
+    if step == "drain_tasks":
+        return state["drain"] != "failed_on_gateways"
+    drained = state["drain"] == "ok"
+    if step == "restart":
+        return drained
+    if step == "undrain":
+        return drained and (not state["rolled_back"] or state["rollback_served"])
+    served = drained and not state["rolled_back"]
+    if step == "record":
+        return served
+    return served and state["undrained"] and not state["gateway_unready"]
+
+
 def engine_service_readiness(gates, host):
     """One line telling how each unit of ``host`` served after its readiness gate (``gates``: the
     role's gate records: unit, environment, stage, ready, ready_s, completion_ms)."""
@@ -122,5 +180,6 @@ class FilterModule:
             "engine_service_changed_units": engine_service_changed_units,
             "engine_service_gate_figures": engine_service_gate_figures,
             "engine_service_failure": engine_service_failure,
+            "engine_service_rollout_may": engine_service_rollout_may,
             "engine_service_readiness": engine_service_readiness,
         }

@@ -27,14 +27,15 @@ REPO = pathlib.Path(__file__).resolve().parents[4]
 
 # the filters this file tests, from engine_service_checks.py, engine_service_units.py, engine_service_stage.py,
 # engine_service_status.py and engine_service_rollout.py; the others of those files have tests of their own
-# (test_rollout_filter.py, test_model_stage_filter.py, test_serving_filter.py)
+# (test_rollout_filter.py, test_model_stage_filter.py, test_serving_filter.py, test_rollout_state_filter.py)
 F = {}
 for _plugin in ("engine_service_checks", "engine_service_units", "engine_service_stage", "engine_service_status",
                 "engine_service_rollout"):
     F.update(filter_plugin(_plugin).FilterModule().filters())
 for _elsewhere in ("engine_service_seconds_problem", "engine_service_stage_space",
                    "engine_service_state", "engine_service_saved_units", "engine_service_changed_units",
-                   "engine_service_kept_locks", "engine_service_in_use", "engine_service_readiness"):
+                   "engine_service_kept_locks", "engine_service_in_use", "engine_service_readiness",
+                   "engine_service_rollout_may"):
     del F[_elsewhere]
 QWEN = {"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}
 ENV = "0.20.0-cu13"

@@ -23,7 +23,8 @@ the same two module calls and nothing else (``bench/playbooks/lean.yml``), alter
 module calls per node (``bench/callback_plugins/bench_count.py``) and what reached the upstream.
 With ``--variants``, the no-op re-run again at the largest N under settings a site can choose
 without touching the role (pipelining, forks, an explicit build), each against the default; with
-``--before REF`` also the collection of an earlier commit on the same nodes (before/after).
+``--before REF`` also the collection of an earlier commit on the same nodes (before/after, alone or with
+``--variants``).
 
     python -m bench.fleet [--n 1 10 50] [--reps 3] [--serving EVERY] [--variants] [--before REF] [--json F]
 
@@ -411,9 +412,10 @@ def before_variant(work: pathlib.Path, ref: str) -> tuple:
             {"playbook": root / "playbooks" / "site.yml", "env": {"ANSIBLE_COLLECTIONS_PATH": str(work / "before")}})
 
 
-def bench_variants(fleet: Fleet, reps: int, extra: tuple = ()) -> list[dict]:
-    """The no-op re-run under settings a site can choose, alternated with the default in one run."""
-    variants = tuple(extra) + VARIANTS
+def bench_variants(fleet: Fleet, reps: int, extra: tuple = (), settings: bool = True) -> list[dict]:
+    """The no-op re-run under settings a site can choose (``settings``) and ``extra`` (an earlier commit's
+    collection), alternated with the default in one run."""
+    variants = tuple(extra) + (VARIANTS if settings else ())
     sides = [("default", lambda i: fleet.play(SITE))]
     for name, _how, spec in variants:
         sides.append((name, lambda i, spec=spec: fleet.play(spec.get("playbook", SITE), *spec.get("args", []),
@@ -467,13 +469,14 @@ def run(ns=(1, 10, 50), reps: int = 3, variants: bool = False, work: pathlib.Pat
                 result = bench_n(fleet, reps, traffic, uv_traffic)
                 last = fleet
                 out["fleets"].append(_scrub(result, up.url, uv_index.url))
-                if n != max(ns) or not variants:  # the variants' no-op runs need the largest N serving
+                if n != max(ns) or not (variants or before):  # the variants' no-op runs need the largest N serving
                     serve.stop_all(fleet.states())
                 if n != max(ns) and not keep:
                     shutil.rmtree(work / ("n%d" % n), ignore_errors=True)
-            if variants and last is not None:
+            if (variants or before) and last is not None:
                 extra = (before_variant(work, before),) if before else ()
-                out["variants"] = [_scrub(r, up.url, uv_index.url) for r in bench_variants(last, reps, extra)]
+                out["variants"] = [_scrub(r, up.url, uv_index.url)
+                                   for r in bench_variants(last, reps, extra, settings=variants)]
     finally:
         try:
             serve.stop_all(states)
@@ -504,7 +507,8 @@ def main(argv=None) -> int:
     parser.add_argument("--variants", action="store_true", help="also the no-op re-run under other settings")
     parser.add_argument("--keep", action="store_true", help="keep the simulated nodes under build/bench/fleet")
     parser.add_argument("--before", metavar="GIT_REF",
-                        help="with --variants, also the collection of this commit on the same nodes (before/after)")
+                        help="also the collection of this commit on the same nodes, alternated with this one at the"
+                             " largest N (before/after in one run)")
     parser.add_argument("--json", type=pathlib.Path, default=WORK / "fleet.json")
     args = parser.parse_args(argv)
     data = run(args.n, args.reps, args.variants, keep=args.keep, before=args.before, serving=args.serving)

@@ -140,8 +140,8 @@ def take_lock(capsys, path, holder="this run"):
     return result["token"]
 
 
-def test_each_download_still_going_is_shown_every_interval_and_the_follow_ends_with_the_last(tmp_path, capsys,
-                                                                                            monkeypatch):
+def test_each_download_still_going_is_shown_every_interval_and_the_follow_ends_with_the_last(
+        tmp_path, capsys, monkeypatch):
     chat = Download(tmp_path, "1.1", [(0.6, "model-00001-of-00002.safetensors", 3),
                                       (0.7, "model-00002-of-00002.safetensors", 2)],
                     {"changed": True, "msg": "staged org/chat"})

@@ -36,7 +36,7 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_placemen
 )
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import (
-    VARIABLES,
+    engine_service_checked_variables,
     engine_service_variable_problems,
 )
 from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
@@ -46,6 +46,7 @@ from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units im
 )
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
 # Each option left out of the task, and the role's variable it then is.
@@ -239,7 +240,14 @@ class ActionModule(ActionBase):
         values = {}
         try:
             if boolean(self._task.args.get("validate", False), strict=False):
-                for name in VARIABLES:
+                role = getattr(self._task, "_role", None)
+                if role is None:
+                    result.update(failed=True, msg="host %s: engine_service_look validates in the"
+                                                   " llmfleet.engines.engine_service role only (validate: true reads"
+                                                   " its argument spec)" % host)
+                    return result
+                # the variables validate.yml checks, named by the same function
+                for name in engine_service_checked_variables(role_options(role._role_path)):
                     self._variable(name, task_vars, values)
                 problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
                 if problems:

@@ -26,11 +26,14 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.common._text impo
 # The version syntax validate.yml accepts for engine_node_version: a release such as 0.20.0.
 _VERSION_RE = r"v?[0-9]+[.][0-9]+([.][0-9]+)?([.+-]?[0-9A-Za-z.+-]*)?"
 
-# The options validate.yml checks beyond those whose argument spec lists choices.
 # a PEP 508 project name
 _PROJECT_RE = r"[A-Z0-9]([A-Z0-9._-]*[A-Z0-9])?"
 
+# The variables engine_node_problems checks beyond those whose argument spec lists choices: these must be
+# given; OPTIONAL_CHECKED fall back to the role's defaults when left out (callers from before they were checked).
 CHECKED = ("engine_node_version", "engine_node_keep", "engine_node_root", "engine_node_services")
+OPTIONAL_CHECKED = ("engine_node_cache_url", "engine_node_fleet_lock_dir", "engine_node_package",
+                    "engine_node_omit_packages")
 
 
 def _dict(value, what):
@@ -63,11 +66,28 @@ def _text(value):
     return "" if value is None else str(value)
 
 
+def _choices_names(options):
+    return [name for name in options if "choices" in (options[name] or {})]
+
+
+def engine_node_checked_variables(options):
+    """The names of every variable engine_node_problems checks, sorted: each option of the argument spec
+    (``options``) that lists choices, and the others it checks. validate.yml and the engine_node_plan action
+    read these variables' values and pass them: the one list of both."""
+    options = _dict(options, "engine_node_checked_variables: the input (the argument spec's options)")
+    names = set(_choices_names(options)) | set(CHECKED) | set(OPTIONAL_CHECKED)
+    unknown = sorted(names - set(options))
+    if unknown:
+        raise AnsibleFilterError("engine_node_checked_variables: the argument spec has no option %s"
+                                 % ", ".join(unknown))
+    return sorted(names)
+
+
 def engine_node_problems(options, values):
     """What is wrong with a host's engine_node variables, one text per variable; empty when nothing is."""
     options = _dict(options, "engine_node_problems: the input (the argument spec's options)")
     values = _dict(values, "engine_node_problems: values")
-    wanted = sorted(name for name in options if "choices" in (options[name] or {})) + list(CHECKED)
+    wanted = sorted(_choices_names(options)) + list(CHECKED)
     missing = [name for name in wanted if name not in values]
     if missing:
         raise AnsibleFilterError("engine_node_problems: values lacks %s" % ", ".join(missing))
@@ -298,6 +318,7 @@ class FilterModule:
 
     def filters(self):
         return {
+            "engine_node_checked_variables": engine_node_checked_variables,
             "engine_node_problems": engine_node_problems,
             "engine_node_summary": engine_node_summary,
             "engine_node_error": engine_node_error,

@@ -104,6 +104,12 @@ def _service_tree_problem(value, root):
             " makes those directories for it only there" % (serve, cache, cache))
 
 
+def _kind(value):
+    """The name of a value's type as the inventory wrote it (list, dict, int, ...): Ansible hands a templated value
+    over as a subclass of its own (_AnsibleLazyTemplateList), whose name means nothing to the operator."""
+    return next(c.__name__ for c in type(value).__mro__ if c.__module__ == "builtins")
+
+
 def _scalar(value):
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
@@ -112,7 +118,7 @@ def _environment_problems(env, where, secret=False, root=None):
     """Problems of an environment mapping (``where`` is its variable path)."""
     if not isinstance(env, dict):
         return ["%s is %s, allowed: a mapping of environment variable names to values"
-                % (where, "a " + type(env).__name__ if secret else _json(env))]
+                % (where, "a " + _kind(env) if secret else _json(env))]
     out = []
     for key in env:
         if not isinstance(key, str) or not _ENV_NAME_RE.fullmatch(key):
@@ -127,7 +133,7 @@ def _environment_problems(env, where, secret=False, root=None):
             elif key in PATH_NAMES:
                 out.append("%s sets %s, which the role sets in the unit: use engine_service_environment" % (where, key))
             elif not _scalar(value):
-                out.append("%s is a %s (a secret, not shown), allowed: a string" % (item, type(value).__name__))
+                out.append("%s is a %s (a secret, not shown), allowed: a string" % (item, _kind(value)))
             elif _control(value):
                 out.append("%s has a control character (a secret, not shown), allowed: %s" % (item, _CONTROL_ALLOWED))
             continue
@@ -161,7 +167,7 @@ def _arg_sets(arg, options):
 def _secret_problem(value, where):
     """The problem of a secret value (never shown), or None."""
     if not isinstance(value, str):
-        return "%s is a %s (a secret, not shown), allowed: a string (quote it)" % (where, type(value).__name__)
+        return "%s is a %s (a secret, not shown), allowed: a string (quote it)" % (where, _kind(value))
     if _control(value):
         return "%s has a control character (a secret, not shown), allowed: %s" % (where, _CONTROL_ALLOWED)
     return None
@@ -368,8 +374,8 @@ def engine_service_seconds_problem(value, variable, least=0):
                least)]
 
 
-# The role variables engine_service_variable_problems checks: validate.yml passes each of them, and the
-# engine_service_look action reads each from the host's variables.
+# The role variables engine_service_variable_problems checks: validate.yml and the engine_service_look action
+# read each from the host's variables, named by engine_service_checked_variables.
 VARIABLES = (
     "engine_service_models", "engine_service_environment", "engine_service_secret_environment",
     "engine_service_api_key", "engine_service_hf_token", "engine_service_root", "engine_service_user",
@@ -381,6 +387,20 @@ VARIABLES = (
     "engine_service_retry_failed",
 )
 _BLANK_RE = re.compile("[\x00-\x20]")
+
+
+def engine_service_checked_variables(options):
+    """The names of the role variables engine_service_variable_problems checks (:data:`VARIABLES`, in its order:
+    the models first, whose absence the look names first), each an option of the role's argument spec (``options``): a name the spec lacks is an error, so that a variable
+    renamed in the spec and not here fails the check rather than going unchecked."""
+    if not isinstance(options, dict):
+        raise AnsibleFilterError("engine_service_checked_variables: the input must be the options of the role's"
+                                 " argument spec (a mapping), not %s" % type(options).__name__)
+    unknown = [name for name in VARIABLES if name not in options]
+    if unknown:
+        raise AnsibleFilterError("engine_service_checked_variables: the argument spec has no option %s"
+                                 % ", ".join(unknown))
+    return list(VARIABLES)
 
 
 def engine_service_variable_problems(variables, hosts=()):
@@ -455,6 +475,7 @@ class FilterModule:
         return {
             "engine_service_problems": engine_service_problems,
             "engine_service_seconds_problem": engine_service_seconds_problem,
+            "engine_service_checked_variables": engine_service_checked_variables,
             "engine_service_variable_problems": engine_service_variable_problems,
             "engine_service_says": engine_service_says,
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 from unittest import mock
 
 import pytest
@@ -96,10 +97,16 @@ def settled_survey(units, **over):
     return answer
 
 
-def _run(args, answer, host="n1", check_mode=False, task_vars=None):
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "engine_service"
+
+
+def _run(args, answer, host="n1", check_mode=False, task_vars=None, role=True):
     task = Task()
     task.args = args
     task.action = "llmfleet.engines.engine_service_look"
+    if role:
+        # the role's look.yml: validate reads the role's argument spec
+        task._role = mock.Mock(_role_path=str(ROLE))
     context = PlayContext()
     context.check_mode = check_mode
     action = engine_service_look.ActionModule(task, mock.Mock(), context, DataLoader(), Templar(loader=DataLoader()),
@@ -439,6 +446,26 @@ def test_a_bad_variable_fails_the_host_before_anything_is_read(tmp_path):
     # without validate, the look does not check them (the role's full way has checked them already)
     res, calls = _run({"environment": ENV}, settled_survey(["llmfleet-vllm-chat.service"]), task_vars=variables)
     assert not res.get("failed") and len(calls) == 1
+
+
+from tests.unit.plugins.filter.test_service_variables_filter import BAD, CHECKED  # noqa: E402
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_each_variable_validate_yml_checks_is_checked_by_the_look(tmp_path, name):
+    """The look reads the list validate.yml reads (engine_service_checked_variables): a bad value of any of them
+    fails the host before the node is read."""
+    variables = role_vars(engine_service_model_lock_dir=keep_locks(tmp_path), **{name: BAD[name]})
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]), task_vars=variables, host="gpu-3")
+    assert calls == [] and res["failed"] is True, res
+    assert res["msg"].startswith("host gpu-3: ") and ("variable %s " % name) in res["msg"], res["msg"]
+
+
+def test_the_look_validates_in_the_role_only():
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]), task_vars=role_vars(), role=False)
+    assert calls == [] and res["failed"] is True
+    assert res["msg"] == ("host n1: engine_service_look validates in the llmfleet.engines.engine_service role only"
+                          " (validate: true reads its argument spec)")
 
 
 def test_outside_the_role_the_look_names_the_variable_it_lacks():

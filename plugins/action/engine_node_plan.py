@@ -10,7 +10,8 @@ set_fact of the decision, a set_fact of the result, set_stats and the closing as
 fleet's hourly run each task costs the controller a worker per host, module or not.
 
 The decisions are the role's filters' (``engine_build_plan``, ``engine_node_problems``,
-``engine_node_result``, ``engine_node_summary``), called here as functions: one place for each.
+``engine_node_result``, ``engine_node_summary``), called here as the functions of plugins/plugin_utils that
+the filters wrap: one place for each.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from __future__ import annotations
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node import (
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import (
     engine_node_checked_variables, engine_node_problems, engine_node_summary,
 )
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import (
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
     LINK, decide, engine_node_result, engine_node_stats,
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options

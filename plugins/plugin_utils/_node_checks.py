@@ -1,8 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the engine_node role checks and tells the operator, as filters: what is wrong with a
-host's variables (``engine_node_problems``), the line that sums up a node (``engine_node_summary``), the
+"""Private to the llmfleet.engines collection; not a public API.
+
+What the engine_node role checks and tells the operator (the filters of ``plugins/filter/engine_node.py``,
+and the engine_node_plan action): the variables it checks (``engine_node_checked_variables``), what is wrong
+with a host's variables (``engine_node_problems``), the line that sums up a node (``engine_node_summary``), the
 reason a node failed (``engine_node_error``), the look-ups and the controller's fleet steps that left a
 node without an answer (``engine_node_lookup_errors``, ``engine_node_fleet_errors``), and why an attempt
 installs the build it does (``engine_node_attempt_why``). A URL's password in these words is ``****``.
@@ -11,7 +14,7 @@ The role's task files hold the steps; the words live here, where unit tests
 (``tests/unit/plugins/filter/test_node_report_filter.py``, ``test_node_cached_wheel_filter.py``) pin them.
 The other engine_node filters: ``engine_node_wheels.py`` (where a wheel is taken from),
 ``engine_node_lock.py`` (what a node resolves against), ``builds.py`` (the build table and policy).
-Documentation: one ``<filter>.yml`` per filter beside this file.
+Documentation: one ``<filter>.yml`` per filter in ``plugins/filter/``.
 """
 
 from __future__ import annotations
@@ -311,18 +314,3 @@ def engine_node_attempt_why(plan, attempt=1, previous_job=None, previous_failure
         _text(_dict(previous_job, "engine_node_attempt_why: previous_job").get("build")),
         _text(_dict(previous_failure, "engine_node_attempt_why: previous_failure").get("classification", "")),
         _text(plan.get("why")))
-
-
-class FilterModule:
-    """llmfleet.engines filters for what the engine_node role checks and reports."""
-
-    def filters(self):
-        return {
-            "engine_node_checked_variables": engine_node_checked_variables,
-            "engine_node_problems": engine_node_problems,
-            "engine_node_summary": engine_node_summary,
-            "engine_node_error": engine_node_error,
-            "engine_node_lookup_errors": engine_node_lookup_errors,
-            "engine_node_fleet_errors": engine_node_fleet_errors,
-            "engine_node_attempt_why": engine_node_attempt_why,
-        }

@@ -1,12 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_node role's decisions about its layout on a node, as filters: the directories it
+"""Private to the llmfleet.engines collection; not a public API.
+
+The engine_node role's decisions (the filters of ``plugins/filter/engine_node_layout.py`` and ``builds.py``,
+and the engine_node_plan and engine_service_look actions): the build a node runs (``engine_build_plan``), what
+it does this run (``decide``), the directories it
 makes under ``engine_node_root`` (after the engine_layout module judged them), which environment
 ``current`` names once the run is over, and the role's result (``engine_node_result``), which the
 role's last step and the ``engine_node_plan`` action (a node with nothing to do) both sum up with, and
 the environments and fallback notes a node has (``engine_node_environments``, for state.yml).
-Documentation: one ``<filter>.yml`` per filter beside this file."""
+Documentation: one ``<filter>.yml`` per filter in ``plugins/filter/``."""
 
 from __future__ import annotations
 
@@ -18,10 +22,46 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.llmfleet.engines.plugins.filter.builds import engine_build_plan
 from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._gpu import link_name
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import MARKER_NAME, environment_summary
+
+def _plain(value):
+    """Template results arrive as Ansible's own str/dict/list subclasses; make plain copies."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def engine_build_plan(facts, version, requested="auto", package="vllm"):
+    """The build of vLLM ``version`` for a node with ``facts`` (gpu_probe's result), installing the
+    distribution ``package`` (engine_node_package). The table and the policy are module_utils/node/_builds.py's,
+    which the gpu_probe module uses too, so that the role's ``auto`` and the module's agree."""
+    if not isinstance(facts, dict):
+        raise AnsibleFilterError(
+            "engine_build_plan: the input must be gpu_probe's result (a dict), not %s" % type(facts).__name__
+        )
+    try:
+        return _builds.choose(_plain(facts), str(version), str(requested), str(package))
+    except (_builds.BuildTableError, _builds.BuildRequestError) as exc:
+        raise AnsibleFilterError("engine_build_plan: %s" % exc)
+
+
+def engine_builds(version, arch="x86_64", package="vllm"):
+    """Every build vLLM ``version`` publishes and where it comes from."""
+    try:
+        return {
+            "version": str(version).strip().lstrip("v"),
+            "default": _builds.default_build(str(version)),
+            "builds": _builds.builds(str(version), str(arch), str(package)),
+        }
+    except _builds.BuildTableError as exc:
+        raise AnsibleFilterError("engine_builds: %s" % exc)
+
 
 # The role's actions (plan.yml, look.yml): what a node does this run.
 ACTIONS = ("none", "unchanged", "look", "switch", "install")
@@ -205,16 +245,3 @@ def engine_node_environments(reads, current, pattern):
             raise AnsibleFilterError("engine_node_environments: %s cannot be read as JSON (%s)" % (path, exc))
     # sorted as Jinja's sort filter did before (without regard to case)
     return {"environments": sorted(environments, key=lambda env: env["name"].lower()), "notes": notes}
-
-
-class FilterModule:
-    """llmfleet.engines filters for the engine_node role's layout on a node."""
-
-    def filters(self):
-        return {
-            "engine_node_layout_dirs": engine_node_layout_dirs,
-            "engine_node_now": engine_node_now,
-            "engine_node_result": engine_node_result,
-            "engine_node_stats": engine_node_stats,
-            "engine_node_environments": engine_node_environments,
-        }

@@ -1,18 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the engine_service role checks before anything is touched, as filters: what is wrong
+"""Private to the llmfleet.engines collection; not a public API.
+
+What the engine_service role checks before anything is touched (the filters of
+``plugins/filter/engine_service_checks.py``, and the engine_service_look action): what is wrong
 with a host's served models and the role variables that reach their units (``engine_service_problems``),
-with a role variable of whole seconds (``engine_service_seconds_problem``), and the words of a preflight
-problem found on the node (``engine_service_says``).
+with a role variable of whole seconds (``engine_service_seconds_problem``), the variables the role checks
+(``engine_service_checked_variables``) and everything it checks in them (``engine_service_variable_problems``),
+and the words of a preflight problem found on the node (``engine_service_says``).
 
 Unit files are data: every value that reaches a unit is refused here when it holds a control character
-(it would end the line and start a directive of its own); ``engine_service_units.py`` renders the units
+(it would end the line and start a directive of its own); ``_service_units.py`` renders the units
 from the values these checks let through, with systemd's escapes. Secrets (API key, Hugging Face token)
 are never shown in a problem.
 
 Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``, ``test_placement_filter.py``,
-``test_rollout_filter.py``. Documentation: one ``<filter>.yml`` per filter beside this file.
+``test_rollout_filter.py``. Documentation: one ``<filter>.yml`` per filter in ``plugins/filter/``.
 """
 
 from __future__ import annotations
@@ -466,16 +470,3 @@ def engine_service_says(item, what, user=None):
         return ("variable engine_service_models: port %s of %s is in use by another program on this node (not %s%s.service)"
                 % (item.get("port"), _json(name), UNIT_PREFIX, name))
     raise AnsibleFilterError("engine_service_says: unknown problem %s" % _json(what))
-
-
-class FilterModule:
-    """llmfleet.engines filters for the engine_service role's checks."""
-
-    def filters(self):
-        return {
-            "engine_service_problems": engine_service_problems,
-            "engine_service_seconds_problem": engine_service_seconds_problem,
-            "engine_service_checked_variables": engine_service_checked_variables,
-            "engine_service_variable_problems": engine_service_variable_problems,
-            "engine_service_says": engine_service_says,
-        }

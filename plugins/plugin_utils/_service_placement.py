@@ -1,15 +1,18 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_service role's placement of models on a node's GPUs, as filters: whether the
+"""Private to the llmfleet.engines collection; not a public API.
+
+The engine_service role's placement of models on a node's GPUs (the filters of
+``plugins/filter/engine_service_placement.py``, and the engine_service_look action): whether the
 models fit the GPUs ``gpu_probe`` reports (``engine_service_placement_problems``, the preflight, before
 anything stops), how many GPUs a model runs on at once (``engine_service_world_size``) and its
 tensor-parallel size (``engine_service_tensor_parallel``).
 
 The policy lives in ``plugins/module_utils/serve/_placement.py``, which ``engine_service_units``
-(``engine_service_units.py``) renders the units from, so that the preflight and the units read the same
+(``_service_units.py``) renders the units from, so that the preflight and the units read the same
 values. Unit tests: ``tests/unit/plugins/filter/test_placement_filter.py``, ``test_rollout_filter.py``.
-Documentation: one ``<filter>.yml`` per filter beside this file.
+Documentation: one ``<filter>.yml`` per filter in ``plugins/filter/``.
 """
 
 from __future__ import annotations
@@ -43,14 +46,3 @@ def engine_service_tensor_parallel(model):
     ``--tensor-parallel-size=N``, ``-tp N``); when they do not, the number of its ``gpus`` (divided by its pipeline
     and data parallel sizes), which the role then passes; else 1. 0 for a value that is not a whole number."""
     return _placement.parallel_sizes(model if isinstance(model, dict) else {})["tensor"]
-
-
-class FilterModule:
-    """llmfleet.engines filters for the engine_service role's placement."""
-
-    def filters(self):
-        return {
-            "engine_service_placement_problems": engine_service_placement_problems,
-            "engine_service_world_size": engine_service_world_size,
-            "engine_service_tensor_parallel": engine_service_tensor_parallel,
-        }

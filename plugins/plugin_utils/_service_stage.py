@@ -1,7 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_service role's staging of pinned models, as filters: the distinct pins of the
+"""Private to the llmfleet.engines collection; not a public API.
+
+The engine_service role's staging of pinned models (the filters of ``plugins/filter/engine_service_stage.py``,
+and the engine_service_look action): the distinct pins of the
 fleet's models, each with the name of its lock file (``engine_service_model_pins``), and whether the models
 a node stages at once fit its disk together (``engine_service_stage_space``; each model's own check,
 model_snapshot's, sees the same free space; this one adds them up, per filesystem), the locks kept
@@ -10,7 +13,7 @@ from a look-up (``engine_service_kept_locks``, stage_pin.yml) and the commits th
 
 Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``, ``test_model_stage_filter.py``,
 ``test_engine_service_steps_filter.py``.
-Documentation: one ``<filter>.yml`` per filter beside this file.
+Documentation: one ``<filter>.yml`` per filter in ``plugins/filter/``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import binascii
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import _revision_problems
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import _revision_problems
 
 
 def engine_service_model_pins(models):
@@ -135,15 +138,3 @@ def engine_service_in_use(pins, locks, unit_reads):
             raise AnsibleFilterError("the unit file %s is not valid slurp content: %s" % (read.get("source"), exc))
         commits.extend(_REVISION.findall(text))
     return sorted(set(commits))
-
-
-class FilterModule:
-    """llmfleet.engines filters for the engine_service role's staging of models."""
-
-    def filters(self):
-        return {
-            "engine_service_model_pins": engine_service_model_pins,
-            "engine_service_stage_space": engine_service_stage_space,
-            "engine_service_kept_locks": engine_service_kept_locks,
-            "engine_service_in_use": engine_service_in_use,
-        }

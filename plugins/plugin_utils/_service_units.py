@@ -1,8 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, llmfleet maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine_service role's units, as filters: the systemd unit of each served model
-(``engine_service_units``, rendered here line by line from the values ``engine_service_problems`` let
+"""Private to the llmfleet.engines collection; not a public API.
+
+The engine_service role's units (the filters of ``plugins/filter/engine_service_units.py``, and the
+engine_service_look action, which renders them as the role does: ``rendered_units``): the systemd unit of each
+served model (``engine_service_units``, rendered here line by line from the values ``engine_service_problems`` let
 through) and its root-only secrets file (``engine_service_secret_file``), so that the role's task files
 and its unit template hold no logic.
 
@@ -14,7 +17,7 @@ never reach the unit, argv or what ``engine_service_units`` returns: they go to 
 
 Unit tests: ``tests/unit/plugins/filter/test_service_filter.py``; what systemd itself makes of the
 rendered units: ``tests/unit/plugins/filter/test_service_units_systemd.py``. Documentation: one
-``<filter>.yml`` per filter beside this file.
+``<filter>.yml`` per filter in ``plugins/filter/``.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import (
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
     PATH_NAMES, UNIT_PREFIX, _arg_sets, _port, engine_service_problems,
 )
 
@@ -321,11 +325,31 @@ def engine_service_secret_file(model, api_key="", hf_token="", secret_environmen
     return "\n".join(lines) + "\n"
 
 
-class FilterModule:
-    """llmfleet.engines filters for the engine_service role's units."""
+# The variables the role's units are rendered from (its ``__engine_service_rendered``, vars/main.yml), and
+# engine_node's package where that role set it (else ``vllm``).
+UNIT_VARIABLES = (
+    "engine_service_models", "engine_service_root", "engine_service_host", "engine_service_shutdown_timeout",
+    "engine_service_environment", "engine_service_user", "engine_service_ready_timeout",
+    "engine_service_limit_nofile", "engine_service_secrets_dir", "engine_service_api_key",
+    "engine_service_access_log", "engine_service_launcher",
+)
 
-    def filters(self):
-        return {
-            "engine_service_units": engine_service_units,
-            "engine_service_secret_file": engine_service_secret_file,
-        }
+
+def rendered_units(variables, environment, locks, gpus):
+    """The units the role renders (its ``__engine_service_rendered``, vars/main.yml, what compare.yml compares
+    with the node) for ``environment``, ``locks`` and ``gpus``: :func:`engine_service_units`, called with the role's
+    variables (``variables``: each of :data:`UNIT_VARIABLES`, and ``engine_node_package`` if set) as that expression
+    passes them. The engine_service_look action calls it rather than templating the expression: a template naming a
+    filter of the collection makes Ansible load every filter file of the collection in the worker, in each look
+    (30 ms of its 50). The unit tests render the role's own expression and this side by side, for each variable it
+    reads, and find them equal."""
+    if environment == "":
+        return []
+    v = variables
+    return engine_service_units(
+        v["engine_service_models"], v["engine_service_root"], environment, v["engine_service_host"],
+        v["engine_service_shutdown_timeout"], v["engine_service_environment"], user=v["engine_service_user"],
+        ready_timeout=v["engine_service_ready_timeout"], limit_nofile=v["engine_service_limit_nofile"],
+        secrets_dir=v["engine_service_secrets_dir"], api_key=len(v["engine_service_api_key"]) > 0, locks=locks,
+        access_log=boolean(v["engine_service_access_log"], strict=False), gpus=gpus,
+        launcher=v["engine_service_launcher"], package=v.get("engine_node_package", "vllm"))

@@ -20,7 +20,7 @@ try:
     from ansible.parsing.dataloader import DataLoader
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_node_plan
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import link_name
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import link_name
 finally:
     _internal.is_controller = _before
 

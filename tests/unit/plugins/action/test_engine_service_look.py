@@ -28,7 +28,8 @@ try:
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_service_look
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import VARIABLES
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import VARIABLES
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import UNIT_VARIABLES
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
     from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import lock_text
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
@@ -499,7 +500,7 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
 init_plugin_loader([sys.argv[1]])
-from ansible_collections.llmfleet.engines.plugins.action.engine_service_look import UNIT_VARIABLES, rendered_units
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import UNIT_VARIABLES, rendered_units
 
 role = pathlib.Path(sys.argv[2])
 base = {}
@@ -574,13 +575,13 @@ def test_the_look_reads_each_variable_the_roles_expression_names():
     expression = yaml.safe_load((role / "vars" / "main.yml").read_text())["__engine_service_rendered"]
     named = set(re.findall(r"\b((?:engine_service|engine_node)_\w+)\b", expression))
     named.discard("engine_service_units")  # the filter
-    assert named == set(engine_service_look.UNIT_VARIABLES) | {"engine_node_package"}
+    assert named == set(UNIT_VARIABLES) | {"engine_node_package"}
 
 
 # -- before engine_node's plan (look_node.yml): the node read for the plan in the same module call --------------
 
 try:
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import environment_names
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import environment_names
 finally:
     _internal.is_controller = _before
 

@@ -11,10 +11,12 @@ import pathlib
 import pytest
 import yaml
 
-from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin, plugin_util
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 CHECKS = filter_plugin("engine_service_checks")
+# the list the filter engine_service_checked_variables gives (plugins/plugin_utils/_service_checks.py)
+VARIABLES = plugin_util("_service_checks").VARIABLES
 PROBLEMS = CHECKS.engine_service_variable_problems
 DEFAULTS = yaml.safe_load((REPO / "roles" / "engine_service" / "defaults" / "main.yml").read_text())
 HOSTS = ["gw1", "n1", "n2"]
@@ -22,7 +24,7 @@ HOSTS = ["gw1", "n1", "n2"]
 
 def good(**over):
     """The role's defaults (templates resolved by hand) with one model, and what the test changes."""
-    values = {name: DEFAULTS[name] for name in CHECKS.VARIABLES}
+    values = {name: DEFAULTS[name] for name in VARIABLES}
     values.update(engine_service_models=[{"name": "chat", "model": "org/chat", "port": 8000}],
                   engine_service_root="/opt/llmfleet", engine_service_gateways=["gw1"])
     values.update(over)
@@ -30,7 +32,7 @@ def good(**over):
 
 
 def test_the_defaults_have_no_problem_and_every_variable_is_a_default():
-    assert sorted(set(CHECKS.VARIABLES) - set(DEFAULTS)) == []
+    assert sorted(set(VARIABLES) - set(DEFAULTS)) == []
     assert PROBLEMS(good(), HOSTS) == []
 
 
@@ -56,7 +58,7 @@ def named(problems, name):
 
 
 def test_the_checked_variables_are_options_of_the_roles_spec():
-    assert CHECKED == list(CHECKS.VARIABLES) and sorted(CHECKED) == sorted(BAD)
+    assert CHECKED == list(VARIABLES) and sorted(CHECKED) == sorted(BAD)
     options = {k: v for k, v in OPTIONS.items() if k != "engine_service_retry_failed"}
     with pytest.raises(filter_error(), match="engine_service_checked_variables: the argument spec has no option"
                                              " engine_service_retry_failed"):

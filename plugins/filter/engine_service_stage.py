@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, llmfleet maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The engine_service role's staging of pinned models, as filters: the distinct pins of the fleet's models
+(``engine_service_model_pins``), whether the models a node stages at once fit its disk together
+(``engine_service_stage_space``), the locks kept from a look-up (``engine_service_kept_locks``) and the commits
+the staging step keeps (``engine_service_in_use``).
+
+The code is ``plugins/plugin_utils/_service_stage.py``'s, which the engine_service_look action pins with too
+(``_field`` is imported from here by ``engine_service_rollout.py``). Documentation: one ``<filter>.yml`` per
+filter beside this file.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import (
+    _field,  # engine_service_rollout.py's  # noqa: F401
+    engine_service_model_pins,
+    engine_service_stage_space,
+    engine_service_kept_locks,
+    engine_service_in_use,
+)
+
+
+class FilterModule:
+    """llmfleet.engines filters for the engine_service role's staging of models."""
+
+    def filters(self):
+        return {
+            "engine_service_model_pins": engine_service_model_pins,
+            "engine_service_stage_space": engine_service_stage_space,
+            "engine_service_kept_locks": engine_service_kept_locks,
+            "engine_service_in_use": engine_service_in_use,
+        }

@@ -27,6 +27,7 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 
+
 def read_in_this_run(probe, link, nvidia_smi):
     """``probe`` (the option: what another step of this run read on the node, as gpu_probe returns it, with
     ``read_with``: the link and nvidia-smi it was read with) when it can stand for this step's own read: read

@@ -26,6 +26,7 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.node import _buil
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._gpu import link_name
 from ansible_collections.llmfleet.engines.plugins.module_utils.uvenv._envdir import MARKER_NAME, environment_summary
 
+
 def _plain(value):
     """Template results arrive as Ansible's own str/dict/list subclasses; make plain copies."""
     if isinstance(value, dict):

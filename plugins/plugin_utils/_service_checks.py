@@ -395,8 +395,9 @@ _BLANK_RE = re.compile("[\x00-\x20]")
 
 def engine_service_checked_variables(options):
     """The names of the role variables engine_service_variable_problems checks (:data:`VARIABLES`, in its order:
-    the models first, whose absence the look names first), each an option of the role's argument spec (``options``): a name the spec lacks is an error, so that a variable
-    renamed in the spec and not here fails the check rather than going unchecked."""
+    the models first, whose absence the look names first), each an option of the role's argument spec
+    (``options``): a name the spec lacks is an error, so that a variable renamed in the spec and not here fails the
+    check rather than going unchecked."""
     if not isinstance(options, dict):
         raise AnsibleFilterError("engine_service_checked_variables: the input must be the options of the role's"
                                  " argument spec (a mapping), not %s" % type(options).__name__)

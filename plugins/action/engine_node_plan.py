@@ -10,35 +10,22 @@ set_fact of the decision, a set_fact of the result, set_stats and the closing as
 fleet's hourly run each task costs the controller a worker per host, module or not.
 
 The decisions are the role's filters' (``engine_build_plan``, ``engine_node_problems``,
-``engine_node_result``, ``engine_node_summary``), called here as functions: one place for each.
+``engine_node_result``, ``engine_node_summary``), called here as the functions of plugins/plugin_utils that
+the filters wrap: one place for each.
 """
 
 from __future__ import annotations
 
-import os
-
-import yaml
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node import CHECKED, engine_node_problems, engine_node_summary
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import (
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import (
+    engine_node_checked_variables, engine_node_problems, engine_node_summary,
+)
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
     LINK, decide, engine_node_result, engine_node_stats,
 )
-
-# The variables checked besides those whose argument spec lists choices (validate.yml's list).
-_MORE_CHECKED = CHECKED + ("engine_node_cache_url", "engine_node_fleet_lock_dir", "engine_node_package",
-                           "engine_node_omit_packages")
-
-
-# libyaml's loader where PyYAML has it: the spec is read once per host and task, and the pure-Python
-# loader takes about 8 times as long for it
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _spec_options(path):
-    with open(path, encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=_LOADER)["argument_specs"]["main"]["options"]
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 
 
 def read_in_this_run(probe, link, nvidia_smi):
@@ -64,8 +51,8 @@ class ActionModule(ActionBase):
         role = getattr(self._task, "_role", None)
         if role is None:
             return ["engine_node_plan runs in the engine_node role only (validate: true reads its argument spec)"]
-        options = _spec_options(os.path.join(role._role_path, "meta", "argument_specs.yml"))
-        names = sorted(name for name in options if "choices" in (options[name] or {})) + list(_MORE_CHECKED)
+        options = role_options(role._role_path)
+        names = engine_node_checked_variables(options)
         values = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
         return engine_node_problems(options, values)
 

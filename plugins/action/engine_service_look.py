@@ -29,23 +29,26 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import LINK, decide, environment_names
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_placement import (
+# the role's readiness line (engine_service_rollout.py is the rollout's, not yet under plugin_utils)
+from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
+from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import LINK, decide, environment_names
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
+    engine_service_checked_variables,
+    engine_service_variable_problems,
+)
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_placement import (
     engine_service_placement_problems,
     engine_service_world_size,
 )
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import (
-    VARIABLES,
-    engine_service_variable_problems,
-)
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import engine_service_model_pins
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import (
+    UNIT_VARIABLES,
     engine_service_secret_file,
-    engine_service_units,
+    rendered_units,
 )
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
-from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
 # Each option left out of the task, and the role's variable it then is.
@@ -66,35 +69,6 @@ _ROLE = {
     "lock_dir": "engine_service_model_lock_dir",
     "refresh": "engine_service_model_refresh",
 }
-
-
-# The variables the role's units are rendered from (its ``__engine_service_rendered``, vars/main.yml), and
-# engine_node's package where that role set it (else ``vllm``).
-UNIT_VARIABLES = (
-    "engine_service_models", "engine_service_root", "engine_service_host", "engine_service_shutdown_timeout",
-    "engine_service_environment", "engine_service_user", "engine_service_ready_timeout",
-    "engine_service_limit_nofile", "engine_service_secrets_dir", "engine_service_api_key",
-    "engine_service_access_log", "engine_service_launcher",
-)
-
-
-def rendered_units(variables, environment, locks, gpus):
-    """The units the role renders (its ``__engine_service_rendered``, vars/main.yml, what compare.yml compares
-    with the node) for ``environment``, ``locks`` and ``gpus``: the role's filter, called with the role's variables
-    (``variables``: each of :data:`UNIT_VARIABLES`, and ``engine_node_package`` if set) as that expression passes
-    them. Called here and not templated: a template naming a filter of the collection makes Ansible load every
-    filter file of the collection in the worker, in each look (30 ms of its 50). The unit tests render the role's
-    own expression and this side by side, for each variable it reads, and find them equal."""
-    if environment == "":
-        return []
-    v = variables
-    return engine_service_units(
-        v["engine_service_models"], v["engine_service_root"], environment, v["engine_service_host"],
-        v["engine_service_shutdown_timeout"], v["engine_service_environment"], user=v["engine_service_user"],
-        ready_timeout=v["engine_service_ready_timeout"], limit_nofile=v["engine_service_limit_nofile"],
-        secrets_dir=v["engine_service_secrets_dir"], api_key=len(v["engine_service_api_key"]) > 0, locks=locks,
-        access_log=boolean(v["engine_service_access_log"], strict=False), gpus=gpus,
-        launcher=v["engine_service_launcher"], package=v.get("engine_node_package", "vllm"))
 
 
 def kept_locks(pins, locks, lock_dir, refresh, read):
@@ -239,7 +213,14 @@ class ActionModule(ActionBase):
         values = {}
         try:
             if boolean(self._task.args.get("validate", False), strict=False):
-                for name in VARIABLES:
+                role = getattr(self._task, "_role", None)
+                if role is None:
+                    result.update(failed=True, msg="host %s: engine_service_look validates in the"
+                                                   " llmfleet.engines.engine_service role only (validate: true reads"
+                                                   " its argument spec)" % host)
+                    return result
+                # the variables validate.yml checks, named by the same function
+                for name in engine_service_checked_variables(role_options(role._role_path)):
                     self._variable(name, task_vars, values)
                 problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
                 if problems:

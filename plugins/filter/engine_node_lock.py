@@ -17,7 +17,7 @@ import re
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 from ansible_collections.llmfleet.engines.plugins.module_utils.index._pypi import normalize_name, own_exclude_newer, own_late_file
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import _dict, _text
 from ansible_collections.llmfleet.engines.plugins.module_utils.node._builds import kernels_label
 
 

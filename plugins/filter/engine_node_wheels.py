@@ -19,7 +19,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._http import origin, origin_text
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._urls import strip_userinfo, url_text_problem
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _no_userinfo, _redacted, _text
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import _dict, _no_userinfo, _redacted, _text
 
 
 def _string(value, what):

@@ -20,7 +20,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.filter.engine_gateway import DEFAULTS as GATEWAY_DEFAULTS
-from ansible_collections.llmfleet.engines.plugins.filter.engine_node import _dict, _text
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import _dict, _text
 
 
 def _kept_fallback(node):

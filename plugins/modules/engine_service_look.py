@@ -62,7 +62,10 @@ options:
         C(engine_node_nvidia_smi); empty - the one on the node's C(PATH)).
     type: dict
   validate:
-    description: Check the role's variables first (P(llmfleet.engines.engine_service_variable_problems#filter)).
+    description:
+      - Check the role's variables first (P(llmfleet.engines.engine_service_variable_problems#filter)), those
+        P(llmfleet.engines.engine_service_checked_variables#filter) names from the role's argument spec, as the
+        role's C(validate.yml) does. Only from the role (its C(look) and C(look_node) entry points).
     type: bool
     default: false
   models:

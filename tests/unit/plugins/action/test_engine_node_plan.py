@@ -20,7 +20,7 @@ try:
     from ansible.parsing.dataloader import DataLoader
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_node_plan
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import link_name
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import link_name
 finally:
     _internal.is_controller = _before
 
@@ -118,6 +118,18 @@ def test_a_bad_variable_fails_the_host_naming_it_before_the_node_is_read():
     assert "Fix it in the inventory (host_vars/n1.yml" in res["msg"]
     skipped, calls = _run(dict(ARGS, build="none", validate=False), _vars(engine_node_keep="many"))
     assert not skipped.get("failed") and calls == []
+
+
+from tests.unit.plugins.filter.test_node_report_filter import BAD, CHECKED, WITH_CACHE  # noqa: E402
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_each_variable_validate_yml_checks_is_checked_by_the_action(name):
+    """The action reads the list validate.yml reads (engine_node_checked_variables): a bad value of any of them
+    fails the host before the node is read."""
+    res, calls = _run(dict(ARGS), _vars(**dict(WITH_CACHE, **{name: BAD[name]})))
+    assert calls == [] and res["failed"], res
+    assert res["msg"].startswith("host n1: variable ") and name in res["msg"]
 
 
 def test_a_build_the_node_cannot_take_fails_before_any_look_up_unless_it_is_current():

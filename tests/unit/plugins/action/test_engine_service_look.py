@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 from unittest import mock
 
 import pytest
@@ -27,7 +28,8 @@ try:
 
     from ansible_collections.llmfleet.engines.plugins.action import engine_service_look
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_service_checks import VARIABLES
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import VARIABLES
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import UNIT_VARIABLES
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import engine_service_model_pins
     from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import lock_text
     from ansible_collections.llmfleet.engines.plugins.filter.engine_service_units import (
@@ -96,10 +98,16 @@ def settled_survey(units, **over):
     return answer
 
 
-def _run(args, answer, host="n1", check_mode=False, task_vars=None):
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "engine_service"
+
+
+def _run(args, answer, host="n1", check_mode=False, task_vars=None, role=True):
     task = Task()
     task.args = args
     task.action = "llmfleet.engines.engine_service_look"
+    if role:
+        # the role's look.yml: validate reads the role's argument spec
+        task._role = mock.Mock(_role_path=str(ROLE))
     context = PlayContext()
     context.check_mode = check_mode
     action = engine_service_look.ActionModule(task, mock.Mock(), context, DataLoader(), Templar(loader=DataLoader()),
@@ -441,6 +449,26 @@ def test_a_bad_variable_fails_the_host_before_anything_is_read(tmp_path):
     assert not res.get("failed") and len(calls) == 1
 
 
+from tests.unit.plugins.filter.test_service_variables_filter import BAD, CHECKED  # noqa: E402
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_each_variable_validate_yml_checks_is_checked_by_the_look(tmp_path, name):
+    """The look reads the list validate.yml reads (engine_service_checked_variables): a bad value of any of them
+    fails the host before the node is read."""
+    variables = role_vars(engine_service_model_lock_dir=keep_locks(tmp_path), **{name: BAD[name]})
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]), task_vars=variables, host="gpu-3")
+    assert calls == [] and res["failed"] is True, res
+    assert res["msg"].startswith("host gpu-3: ") and ("variable %s " % name) in res["msg"], res["msg"]
+
+
+def test_the_look_validates_in_the_role_only():
+    res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]), task_vars=role_vars(), role=False)
+    assert calls == [] and res["failed"] is True
+    assert res["msg"] == ("host n1: engine_service_look validates in the llmfleet.engines.engine_service role only"
+                          " (validate: true reads its argument spec)")
+
+
 def test_outside_the_role_the_look_names_the_variable_it_lacks():
     res, calls = _run({"environment": ENV, "validate": True}, settled_survey([]))
     assert calls == [] and res["failed"] is True
@@ -472,7 +500,7 @@ from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
 
 init_plugin_loader([sys.argv[1]])
-from ansible_collections.llmfleet.engines.plugins.action.engine_service_look import UNIT_VARIABLES, rendered_units
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import UNIT_VARIABLES, rendered_units
 
 role = pathlib.Path(sys.argv[2])
 base = {}
@@ -547,13 +575,13 @@ def test_the_look_reads_each_variable_the_roles_expression_names():
     expression = yaml.safe_load((role / "vars" / "main.yml").read_text())["__engine_service_rendered"]
     named = set(re.findall(r"\b((?:engine_service|engine_node)_\w+)\b", expression))
     named.discard("engine_service_units")  # the filter
-    assert named == set(engine_service_look.UNIT_VARIABLES) | {"engine_node_package"}
+    assert named == set(UNIT_VARIABLES) | {"engine_node_package"}
 
 
 # -- before engine_node's plan (look_node.yml): the node read for the plan in the same module call --------------
 
 try:
-    from ansible_collections.llmfleet.engines.plugins.filter.engine_node_layout import environment_names
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import environment_names
 finally:
     _internal.is_controller = _before
 

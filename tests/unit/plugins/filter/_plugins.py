@@ -23,6 +23,18 @@ def filter_plugin(name):
         _internal.is_controller = before
 
 
+def plugin_util(name):
+    """``plugins/plugin_utils/<name>.py`` (the code the filters and actions share) as a module, imported the same
+    way."""
+    from ansible.module_utils import _internal
+
+    before = _internal.is_controller
+    try:
+        return importlib.import_module("ansible_collections.llmfleet.engines.plugins.plugin_utils." + name)
+    finally:
+        _internal.is_controller = before
+
+
 def filter_error():
     """ansible.errors.AnsibleFilterError, imported the same way."""
     from ansible.module_utils import _internal

@@ -37,7 +37,8 @@ FALLBACK_ON = ["no_kernel_image", "unsupported_ptx", "driver_too_old", "cuda_run
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_cached_wheel", "engine_node_engine_file", "engine_node_error",
+    assert sorted(FILTERS) == ["engine_node_attempt_why", "engine_node_cached_wheel", "engine_node_checked_variables",
+                               "engine_node_engine_file", "engine_node_error",
                                "engine_node_fleet_errors",
                                "engine_node_kernels", "engine_node_lock_item", "engine_node_lookup_errors", "engine_node_problems", "engine_node_summary",
                                "engine_report_drift", "engine_report_md_cell"]
@@ -330,6 +331,69 @@ def test_problems_needs_every_checked_value():
     with pytest.raises(AnsibleFilterError,
                        match="engine_node_problems: values lacks engine_node_python_preference, engine_node_keep"):
         FILTERS["engine_node_problems"](OPTIONS, values)
+
+
+# --- engine_node_checked_variables: the one list validate.yml and the engine_node_plan action pass ------
+
+CHECKED = FILTERS["engine_node_checked_variables"](OPTIONS)
+# a value the check refuses, for each variable it checks (a variable added to the list without one fails below)
+BAD = {"engine_node_build": "cu12.9", "engine_node_python_preference": "bogus", "engine_node_version": "latest",
+       "engine_node_keep": -1, "engine_node_root": "opt/llmfleet", "engine_node_services": "vllm.service",
+       "engine_node_package": "vllm cpu", "engine_node_omit_packages": "torchvision",
+       "engine_node_cache_url": "cache1.example:3141",
+       # a cache without a lock directory: the pair is refused, and the message names this variable
+       "engine_node_fleet_lock_dir": ""}
+# the fleet cache's value, with which an empty engine_node_fleet_lock_dir is refused
+WITH_CACHE = {"engine_node_cache_url": "http://cache1.example:3141", "engine_node_fleet_lock_dir": "/srv/locks"}
+
+
+def checked_values(**over):
+    """A good value of each checked variable (the role's defaults), and what the test changes."""
+    values = dict(GOOD, engine_node_package="vllm", engine_node_omit_packages=[], **WITH_CACHE)
+    values.update(over)
+    return values
+
+
+def test_the_checked_variables_are_the_choices_and_the_named_checks_sorted():
+    choices = sorted(name for name, option in OPTIONS.items() if "choices" in (option or {}))
+    assert choices == ["engine_node_build", "engine_node_python_preference"]
+    assert CHECKED == sorted(choices + [
+        "engine_node_cache_url", "engine_node_fleet_lock_dir", "engine_node_keep", "engine_node_omit_packages",
+        "engine_node_package", "engine_node_root", "engine_node_services", "engine_node_version"])
+    assert sorted(checked_values()) == CHECKED
+    assert FILTERS["engine_node_problems"](OPTIONS, checked_values()) == []
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_each_checked_variable_is_refused_in_words_naming_it(name):
+    assert name in CHECKED
+    problems = FILTERS["engine_node_problems"](OPTIONS, checked_values(**{name: BAD[name]}))
+    assert len(problems) == 1 and name in problems[0], problems
+
+
+def test_every_variable_the_check_reads_is_in_the_list():
+    """A check of a new variable, read with a default and left out of the list, would never see the host's value
+    (validate.yml and the action pass only the listed ones): here each variable the check reads is recorded."""
+    read = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            read.add(key)
+            return dict.__getitem__(self, key)
+
+        def get(self, key, default=None):
+            read.add(key)
+            return dict.get(self, key, default)
+
+    FILTERS["engine_node_problems"](OPTIONS, Recording(checked_values()))
+    assert sorted(read) == CHECKED == sorted(BAD)
+
+
+def test_a_checked_name_the_spec_lacks_is_an_error():
+    options = {k: v for k, v in OPTIONS.items() if k != "engine_node_omit_packages"}
+    with pytest.raises(AnsibleFilterError,
+                       match="engine_node_checked_variables: the argument spec has no option engine_node_omit_packages"):
+        FILTERS["engine_node_checked_variables"](options)
 
 
 # --- engine_node_lock_item --------------------------------------------------------------------

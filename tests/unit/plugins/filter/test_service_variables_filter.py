@@ -1,21 +1,22 @@
 """engine_service_variable_problems: the role's one check of its variables, which validate.yml (the role's full
-way) and the engine_service_look action (site.yml's look, one task) both make. Its parts have their own tests
-(engine_service_problems and engine_service_seconds_problem in test_service_filter.py); here: every variable is
-read, each problem in the words validate.yml used, and validate.yml passes exactly the variables the function
-reads."""
+way) and the engine_service_look action (site.yml's look, one task) both make, each reading the variables
+engine_service_checked_variables names. Its parts have their own tests (engine_service_problems and
+engine_service_seconds_problem in test_service_filter.py); here: every variable is read, each problem in the words
+validate.yml used, and a bad value of each named variable is refused by validate.yml's own expression."""
 
 from __future__ import annotations
 
 import pathlib
-import re
 
 import pytest
 import yaml
 
-from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+from tests.unit.plugins.filter._plugins import filter_error, filter_plugin, plugin_util
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 CHECKS = filter_plugin("engine_service_checks")
+# the list the filter engine_service_checked_variables gives (plugins/plugin_utils/_service_checks.py)
+VARIABLES = plugin_util("_service_checks").VARIABLES
 PROBLEMS = CHECKS.engine_service_variable_problems
 DEFAULTS = yaml.safe_load((REPO / "roles" / "engine_service" / "defaults" / "main.yml").read_text())
 HOSTS = ["gw1", "n1", "n2"]
@@ -23,7 +24,7 @@ HOSTS = ["gw1", "n1", "n2"]
 
 def good(**over):
     """The role's defaults (templates resolved by hand) with one model, and what the test changes."""
-    values = {name: DEFAULTS[name] for name in CHECKS.VARIABLES}
+    values = {name: DEFAULTS[name] for name in VARIABLES}
     values.update(engine_service_models=[{"name": "chat", "model": "org/chat", "port": 8000}],
                   engine_service_root="/opt/llmfleet", engine_service_gateways=["gw1"])
     values.update(over)
@@ -31,17 +32,105 @@ def good(**over):
 
 
 def test_the_defaults_have_no_problem_and_every_variable_is_a_default():
-    assert sorted(set(CHECKS.VARIABLES) - set(DEFAULTS)) == []
+    assert sorted(set(VARIABLES) - set(DEFAULTS)) == []
     assert PROBLEMS(good(), HOSTS) == []
 
 
-def test_validate_yml_passes_exactly_the_variables_the_function_reads():
-    task = yaml.safe_load((REPO / "roles" / "engine_service" / "tasks" / "validate.yml").read_text())[0]
-    expression = task["vars"]["__engine_service_problems"]
-    passed = re.findall(r"'(engine_service_[a-z_]+)': (engine_service_[a-z_]+)", expression)
-    assert [name for name, _value in passed] == list(CHECKS.VARIABLES)
-    assert all(name == value for name, value in passed)
-    assert "llmfleet.engines.engine_service_variable_problems(groups['all'])" in expression
+SPEC = yaml.safe_load((REPO / "roles" / "engine_service" / "meta" / "argument_specs.yml").read_text())
+OPTIONS = SPEC["argument_specs"]["main"]["options"]
+CHECKED = CHECKS.engine_service_checked_variables(OPTIONS)
+# a value the check refuses, for each variable it checks (a variable added to the list without one fails below)
+BAD = {
+    "engine_service_models": "chat", "engine_service_environment": "HOME=/root",
+    "engine_service_secret_environment": ["WANDB_API_KEY"], "engine_service_api_key": 5, "engine_service_hf_token": 5,
+    "engine_service_root": "opt/llmfleet", "engine_service_user": "Service User", "engine_service_host": "a\nb",
+    "engine_service_shutdown_timeout": "soon", "engine_service_ready_timeout": 0, "engine_service_limit_nofile": 10,
+    "engine_service_secrets_dir": "secrets", "engine_service_steady_timeout": 0, "engine_service_lock_wait": "soon",
+    "engine_service_gateway_drain_timeout": -1, "engine_service_gateways": ["gw9"], "engine_service_lock_stale": 59,
+    "engine_service_shm_min_mib": "1G", "engine_service_model_progress_interval": 0,
+    "engine_service_model_timeout": 30, "engine_service_model_keep": 0,
+    "engine_service_hub_mirror_url": "http://cache:8090/ x", "engine_service_retry_failed": "maybe",
+}
+
+
+def named(problems, name):
+    return [p for p in problems if p.startswith("variable %s " % name)]
+
+
+def test_the_checked_variables_are_options_of_the_roles_spec():
+    assert CHECKED == list(VARIABLES) and sorted(CHECKED) == sorted(BAD)
+    options = {k: v for k, v in OPTIONS.items() if k != "engine_service_retry_failed"}
+    with pytest.raises(filter_error(), match="engine_service_checked_variables: the argument spec has no option"
+                                             " engine_service_retry_failed"):
+        CHECKS.engine_service_checked_variables(options)
+    with pytest.raises(filter_error(), match="the options of the role's argument spec"):
+        CHECKS.engine_service_checked_variables(["engine_service_models"])
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_each_checked_variable_is_refused_in_words_naming_it(name):
+    assert named(PROBLEMS(good(**{name: BAD[name]}), HOSTS), name), name
+
+
+def test_every_variable_the_check_reads_is_in_the_list():
+    """The check reads each variable the list names, and no other (the list is what validate.yml and the look pass)."""
+    read = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            read.add(key)
+            return dict.__getitem__(self, key)
+
+        def get(self, key, default=None):
+            read.add(key)
+            return dict.get(self, key, default)
+
+    PROBLEMS(Recording(good()), HOSTS)
+    assert sorted(read) == sorted(CHECKED)
+
+
+# validate.yml's own expression, rendered by Ansible's templar with the role's defaults, in a process of its own with
+# the collection loader: the variables it reads are those the function names (not a list of its own)
+_VALIDATE = r'''
+import json, pathlib, sys
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar, trust_as_template
+
+init_plugin_loader([sys.argv[1]])
+role = pathlib.Path(sys.argv[2])
+base = {}
+for name in ("defaults/main.yml", "vars/main.yml"):
+    for key, value in yaml.safe_load((role / name).read_text()).items():
+        base[key] = trust_as_template(value) if isinstance(value, str) else value
+task = yaml.safe_load((role / "tasks" / "validate.yml").read_text())[0]
+for key, value in task["vars"].items():
+    base[key] = trust_as_template(value)
+out = []
+for case in json.loads(sys.stdin.read()):
+    names = dict(base, role_path=str(role), groups={"all": ["gw1", "n1"]}, **case)
+    out.append(Templar(loader=DataLoader(), variables=names).template(names["__engine_service_problems"]))
+print(json.dumps(out))
+'''
+
+
+def test_validate_yml_refuses_a_bad_value_of_each_checked_variable():
+    import json
+    import subprocess
+    import sys
+
+    cases = [{"engine_service_root": "/opt/llmfleet"}] + [
+        {"engine_service_root": "/opt/llmfleet", name: value} for name, value in sorted(BAD.items())]
+    done = subprocess.run([sys.executable, "-c", _VALIDATE, str(REPO / "build" / "collections"),
+                           str(REPO / "roles" / "engine_service")], input=json.dumps(cases), capture_output=True,
+                          text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out[0] == []
+    for name, problems in zip(sorted(BAD), out[1:]):
+        assert named(problems, name) == named(PROBLEMS(good(**{name: BAD[name]}), ["gw1", "n1"]), name), name
+        assert named(problems, name), name
 
 
 def test_a_missing_variable_is_an_error_naming_it():

@@ -29,8 +29,6 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-# the role's readiness line (engine_service_rollout.py is the rollout's, not yet under plugin_utils)
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_rollout import engine_service_readiness
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import LINK, decide, environment_names
@@ -43,6 +41,7 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_placemen
     engine_service_placement_problems,
     engine_service_world_size,
 )
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_rollout import engine_service_readiness
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import engine_service_model_pins
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import (
     UNIT_VARIABLES,

@@ -20,7 +20,8 @@ import base64
 import binascii
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.llmfleet.engines.plugins.filter.engine_service_stage import _field
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_rollout import engine_service_readiness
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import _field
 
 
 def _text(read):
@@ -152,23 +153,6 @@ def engine_service_rollout_may(state, step):
     if step == "record":
         return served
     return served and state["undrained"] and not state["gateway_unready"]
-
-
-def engine_service_readiness(gates, host):
-    """One line telling how each unit of ``host`` served after its readiness gate (``gates``: the
-    role's gate records: unit, environment, stage, ready, ready_s, completion_ms)."""
-    if not isinstance(gates, list):
-        raise AnsibleFilterError("the input must be the node's gates (a list), not %r" % (gates,))
-    told = []
-    for gate in gates:
-        ready_s = _field(gate, "ready_s", "gate")
-        completion_ms = _field(gate, "completion_ms", "gate")
-        told.append("%s (%s, %s) %s%s" % (
-            _field(gate, "unit", "gate"), _field(gate, "environment", "gate"), _field(gate, "stage", "gate"),
-            "ready, %.1f s after the unit started" % ready_s if _field(gate, "ready", "gate") and ready_s is not None
-            else "not ready",
-            ", one-token completion %.0f ms" % completion_ms if completion_ms is not None else ""))
-    return "%s readiness: %s" % (host, "; ".join(told))
 
 
 class FilterModule:

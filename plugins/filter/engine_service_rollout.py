@@ -21,7 +21,6 @@ import binascii
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_rollout import engine_service_readiness
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import _field
 
 
 def _text(read):

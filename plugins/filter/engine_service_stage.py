@@ -6,15 +6,13 @@
 (``engine_service_stage_space``), the locks kept from a look-up (``engine_service_kept_locks``), the commits
 the staging step keeps (``engine_service_in_use``) and the downloads it follows (``engine_service_stage_jobs``).
 
-The code is ``plugins/plugin_utils/_service_stage.py``'s, which the engine_service_look action pins with too
-(``_field`` is imported from here by ``engine_service_rollout.py``). Documentation: one ``<filter>.yml`` per
-filter beside this file.
+The code is ``plugins/plugin_utils/_service_stage.py``'s, which the engine_service_look action pins with too.
+Documentation: one ``<filter>.yml`` per filter beside this file.
 """
 
 from __future__ import annotations
 
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import (
-    _field,  # engine_service_rollout.py's  # noqa: F401
     engine_service_model_pins,
     engine_service_stage_space,
     engine_service_kept_locks,

@@ -156,4 +156,3 @@ def engine_service_stage_jobs(started, cache_dir):
         jobs.append({"jid": result["ansible_job_id"], "name": pin,
                      "progress": "%s/%s.progress" % (cache_dir, result["item"]["item"]["file"])})
     return jobs
-

@@ -88,3 +88,15 @@ def test_the_role_alone_checks_and_stages_in_each_run(node, upstream, tmp_path):
     assert run.rc == 0, run.explain()
     assert ran(run, SYSTEMD_ASKED) == 2, run.explain()
     assert ran(run, WEIGHTS_LOOKED_AT) == 2, run.explain()
+
+
+def test_the_rollout_entry_point_checks_the_main_argument_specs(node, upstream, tmp_path):
+    """The rollout play runs the entry point `rollout`, not the role whole: Ansible's own check of the main
+    entry point's argument specs (a type, a choice) is asked for there, so a value of the wrong type is
+    refused before anything of the rollout runs, as when the role runs whole."""
+    models, extra = _setup(node, upstream, tmp_path)
+    extra = dict(extra, engine_service_gateway_drain_last="sometimes")
+    run = node.play(models, extra_vars=extra, playbook=_playbook(tmp_path, site_shaped(), "site"))
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    assert "engine_service_gateway_drain_last" in run.output and "bool" in run.output, run.explain()
+    assert run.verbs("start", "stop", "restart") == [], run.calls

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests.unit.plugins.filter._plugins import filter_plugin
+from tests.unit.plugins.filter.test_engine_gateway import HOSTVARS as GATEWAY_HOSTVARS, MODELS
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "engine_gateway"
@@ -76,17 +77,8 @@ def render(variables):
 print(json.dumps({name: render(variables) for name, variables in json.loads(sys.stdin.read()).items()}))
 '''
 
-HOSTVARS = {
-    "node-1": {"engine_service_models": [{"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000},
-                                         {"name": "small", "model": "x/y", "port": 8001}],
-               "engine_service_host": "0.0.0.0", "ansible_host": "10.0.0.11"},
-    "node-2": {"engine_service_models": [{"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}],
-               "engine_service_host": "10.0.0.12", "engine_gateway_address": "10.0.0.12", "ansible_host": "node-2.lan"},
-    "cache": {},
-    "idle": {"engine_service_models": []},
-    "gw": {},
-}
-MODELS = [{"name": "qwen", "port": 9000}, {"name": "small", "port": 9001}]
+# the filter tests' inventory; here the gateway's own models are the case's (engine_gateway_models below)
+HOSTVARS = dict(GATEWAY_HOSTVARS, gw={})
 CASES = {
     # the role's defaults before two nodes (one serving two models)
     "fleet": {"inventory_hostname": "gw", "hostvars": HOSTVARS, "engine_gateway_models": MODELS},

@@ -16,6 +16,8 @@ import pytest
 
 from ansible.module_utils import _internal
 
+from tests.unit.plugins.filter._plugins import ROLE_TEMPLAR_PRELUDE
+
 # importing the controller's code (ansible.errors too) sets is_controller for the whole process, after which
 # AnsibleModule.warn() no longer puts warnings in a module's result: read it before any such import
 _before = _internal.is_controller
@@ -492,21 +494,8 @@ def test_a_unit_the_role_cannot_render_fails_the_host_naming_it(tmp_path):
 
 # -- the units the action renders are the role's: its own expression (vars/main.yml), side by side -----------------
 
-_SIDE_BY_SIDE = r'''
-import json, pathlib, sys
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
-from ansible.template import Templar, trust_as_template
-
-init_plugin_loader([sys.argv[1]])
+_SIDE_BY_SIDE = ROLE_TEMPLAR_PRELUDE + r'''
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import UNIT_VARIABLES, rendered_units
-
-role = pathlib.Path(sys.argv[2])
-base = {}
-for name in ("defaults/main.yml", "vars/main.yml"):
-    for key, value in yaml.safe_load((role / name).read_text()).items():
-        base[key] = trust_as_template(value) if isinstance(value, str) else value
 out = []
 for case in json.loads(sys.stdin.read()):
     names = dict(base, **case["variables"])

@@ -14,7 +14,7 @@ import pathlib
 import pytest
 import yaml
 
-from tests.unit.plugins.filter._plugins import filter_error, filter_plugin
+from tests.unit.plugins.filter._plugins import ReadRecorder, filter_error, filter_plugin
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 SPEC = REPO / "roles" / "engine_node" / "meta" / "argument_specs.yml"
@@ -374,19 +374,9 @@ def test_each_checked_variable_is_refused_in_words_naming_it(name):
 def test_every_variable_the_check_reads_is_in_the_list():
     """A check of a new variable, read with a default and left out of the list, would never see the host's value
     (validate.yml and the action pass only the listed ones): here each variable the check reads is recorded."""
-    read = set()
-
-    class Recording(dict):
-        def __getitem__(self, key):
-            read.add(key)
-            return dict.__getitem__(self, key)
-
-        def get(self, key, default=None):
-            read.add(key)
-            return dict.get(self, key, default)
-
-    FILTERS["engine_node_problems"](OPTIONS, Recording(checked_values()))
-    assert sorted(read) == CHECKED == sorted(BAD)
+    values = ReadRecorder(checked_values())
+    FILTERS["engine_node_problems"](OPTIONS, values)
+    assert sorted(values.read) == CHECKED == sorted(BAD)
 
 
 def test_a_checked_name_the_spec_lacks_is_an_error():

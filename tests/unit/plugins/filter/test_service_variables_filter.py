@@ -11,7 +11,7 @@ import pathlib
 import pytest
 import yaml
 
-from tests.unit.plugins.filter._plugins import filter_error, filter_plugin, plugin_util
+from tests.unit.plugins.filter._plugins import ROLE_TEMPLAR_PRELUDE, ReadRecorder, filter_error, filter_plugin, plugin_util
 
 REPO = pathlib.Path(__file__).resolve().parents[4]
 CHECKS = filter_plugin("engine_service_checks")
@@ -74,36 +74,14 @@ def test_each_checked_variable_is_refused_in_words_naming_it(name):
 
 def test_every_variable_the_check_reads_is_in_the_list():
     """The check reads each variable the list names, and no other (the list is what validate.yml and the look pass)."""
-    read = set()
-
-    class Recording(dict):
-        def __getitem__(self, key):
-            read.add(key)
-            return dict.__getitem__(self, key)
-
-        def get(self, key, default=None):
-            read.add(key)
-            return dict.get(self, key, default)
-
-    PROBLEMS(Recording(good()), HOSTS)
-    assert sorted(read) == sorted(CHECKED)
+    values = ReadRecorder(good())
+    PROBLEMS(values, HOSTS)
+    assert sorted(values.read) == sorted(CHECKED)
 
 
 # validate.yml's own expression, rendered by Ansible's templar with the role's defaults, in a process of its own with
 # the collection loader: the variables it reads are those the function names (not a list of its own)
-_VALIDATE = r'''
-import json, pathlib, sys
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
-from ansible.template import Templar, trust_as_template
-
-init_plugin_loader([sys.argv[1]])
-role = pathlib.Path(sys.argv[2])
-base = {}
-for name in ("defaults/main.yml", "vars/main.yml"):
-    for key, value in yaml.safe_load((role / name).read_text()).items():
-        base[key] = trust_as_template(value) if isinstance(value, str) else value
+_VALIDATE = ROLE_TEMPLAR_PRELUDE + r'''
 task = yaml.safe_load((role / "tasks" / "validate.yml").read_text())[0]
 for key, value in task["vars"].items():
     base[key] = trust_as_template(value)

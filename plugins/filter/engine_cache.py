@@ -19,12 +19,12 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._paths import path_parts
 
 # The keys engine_cache_problems reads, each the role variable engine_cache_<key>.
 KEYS = ("password", "root", "port", "torch_indexes", "pypi_url", "listen")
 _INDEX_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
-# What may be named in the unit without quoting: a path part, a host name's label
-_PATH_PART = re.compile(r"[A-Za-z0-9._+@-]+")
+# What may be named in the unit without quoting: a host name's label
 _HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 # A word of ExecStart= that needs no quotes
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
@@ -35,8 +35,7 @@ def _root_problem(root):
     """None when ``root`` is an absolute path the unit can name as it is, else why not."""
     if not isinstance(root, str) or not posixpath.isabs(root):
         return "is not an absolute path"
-    parts = root.rstrip("/").split("/")[1:]
-    if not parts or not all(_PATH_PART.fullmatch(p) and p not in (".", "..") for p in parts):
+    if path_parts(root) is None:
         return ("must be an absolute path of letters, digits, '.', '_', '+', '@', '-' and '/', without '.' or '..'"
                 " parts (it is written into devpi-server's unit, which root's systemd reads)")
     return None

@@ -24,6 +24,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json, whole
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import DEFAULT_ENDPOINT
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._paths import plain_path_problem
 
 # What ends a directive, starts a block, a comment, a string or a variable, or splits a value in
 # nginx's configuration: control characters (C0, DEL, C1), lone surrogates, whitespace, quotes,
@@ -31,8 +32,6 @@ from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import
 _INJECT_RE = re.compile("[\x00-\x20\x7f-\x9f\ud800-\udfff\"';{}#\\\\$]")
 _INJECT_ALLOWED = ("no control character (newline, carriage return, tab, NUL), whitespace, quote, ';', '{', '}', '#',"
                    " '\\' or '$' (nginx would read the rest as directives, blocks or variables of its own)")
-_PATH_PART_RE = re.compile(r"[A-Za-z0-9._+@-]+")
-_PATH_ALLOWED = "an absolute path of letters, digits, '.', '_', '+', '@', '-' and '/', without '.' or '..' parts, not /"
 _HOST_RE = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _URL_RE = re.compile(r"(?P<scheme>https?)://(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(?P<port>[0-9]{1,5}))?"
                      r"(?P<path>(/[A-Za-z0-9._~+@-]*)*)")
@@ -132,15 +131,6 @@ def _host(text):
     """``text`` as nginx writes a host: an IPv6 address in brackets."""
     address = _address(text)
     return "[%s]" % address if address is not None and address.version == 6 else text
-
-
-def _path_problem(value):
-    if not isinstance(value, str) or not value.startswith("/"):
-        return _PATH_ALLOWED
-    parts = value.rstrip("/").split("/")[1:]
-    if not parts or not all(_PATH_PART_RE.fullmatch(p) and p not in (".", "..") for p in parts):
-        return _PATH_ALLOWED
-    return None
 
 
 def _resolvers(value):
@@ -254,7 +244,7 @@ def _check_max_size(value):
 
 def _path_check(key):
     def check(value):
-        problem = _path_problem(value)
+        problem = plain_path_problem(value)
         return "%s is %s, allowed: %s" % (VARIABLES[key], _json(value), problem) if problem else None
     return check
 

@@ -27,6 +27,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json, whole as _whole
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._paths import ALLOWED as PATH_ALLOWED, path_parts
 
 # A unit instance name: systemd accepts more, but these names also make directory names.
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
@@ -39,9 +40,7 @@ _CONTROL_ALLOWED = ("text without control characters (newline, carriage return, 
                     " the unit file's line and start directives of their own)")
 # Path parts the unit names unquoted (WorkingDirectory=, ReadWritePaths=, EnvironmentFile=): no
 # whitespace, quotes, backslashes, % (specifiers) or $.
-_PATH_PART_RE = re.compile(r"[A-Za-z0-9._+@-]+")
-_PATH_ALLOWED = ("an absolute path of letters, digits, '.', '_', '+', '@', '-' and '/', without '.' or '..' parts,"
-                 " not / and not under /home, /root or /run/user (ProtectHome=yes hides them)")
+_PATH_ALLOWED = PATH_ALLOWED + " and not under /home, /root or /run/user (ProtectHome=yes hides them)"
 
 # The options the role sets itself on the command line: a model's args must not repeat them.
 OWNED_ARGS = ("--host", "--port", "--served-model-name", "--shutdown-timeout")
@@ -78,12 +77,8 @@ def _control(value):
 
 def _path_problem(value):
     """None when ``value`` is a path the unit can name unquoted and the service may write, else why not."""
-    if not isinstance(value, str) or not value.startswith("/"):
-        return _PATH_ALLOWED
-    parts = value.rstrip("/").split("/")[1:]
-    if not parts or not all(_PATH_PART_RE.fullmatch(p) and p not in (".", "..") for p in parts):
-        return _PATH_ALLOWED
-    if parts[0] in ("home", "root") or parts[:2] == ["run", "user"]:
+    parts = path_parts(value)
+    if parts is None or parts[0] in ("home", "root") or parts[:2] == ["run", "user"]:
         return _PATH_ALLOWED
     return None
 

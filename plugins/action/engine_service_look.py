@@ -431,6 +431,6 @@ class ActionModule(ActionBase):
                 elif placed:
                     # the role reads the GPUs with its own nvidia-smi: its full way reads them
                     reasons.append("a model is placed on GPUs, which the role reads with engine_service_nvidia_smi"
-                                   " (%s), not engine_node_nvidia_smi (%s)" % (service_smi or "the one on PATH",
-                                                                                nvidia_smi or "the one on PATH"))
+                                   " (%s), not engine_node_nvidia_smi (%s)"
+                                   % (service_smi or "the one on PATH", nvidia_smi or "the one on PATH"))
         return self._verdict(result, host, args, module_args, survey, reasons, render)

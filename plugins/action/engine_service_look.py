@@ -12,9 +12,11 @@ engine_service_survey module (the node's one module call of this step); the secr
 placement of the models on the node's GPUs are worked out here with the role's own filters. A settled node
 is summed up here, as the role's last step would sum it up, and takes no further step of the role in this
 run; any other node takes the role's full way, which reads everything again under the node's rollout lock
-and decides in its own words. A pin the controller does not hold yet (no lock directory, a refresh, a lock
-not written) is left to the role's pinning step (``pins_needed``: look.yml pins and looks again), which asks
-the hub once per model for the whole play.
+and decides in its own words. A pin the controller does not hold (no lock directory, a refresh, a lock not
+written) comes from the play's pinning step (``pinned``: site.yml's look_node.yml pins such models by the hub
+once per batch, before the looks); one still not held makes the look before the plan send the node the full
+way (which pins it), and the look after it (the role's ``look`` entry point) leave it to the role's pinning
+step (``pins_needed``: look.yml pins and looks again).
 
 An option left out is the role's variable of the same meaning (``_ROLE``): the role's look.yml gives only
 what differs between its two looks.
@@ -22,6 +24,7 @@ what differs between its two looks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -42,7 +45,10 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_placemen
     engine_service_world_size,
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_rollout import engine_service_readiness
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import engine_service_model_pins
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_stage import (
+    engine_service_kept_locks,
+    engine_service_model_pins,
+)
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import (
     UNIT_VARIABLES,
     engine_service_secret_file,
@@ -70,13 +76,18 @@ _ROLE = {
 }
 
 
-def kept_locks(pins, locks, lock_dir, refresh, read):
+def kept_locks(pins, locks, lock_dir, refresh, read, pinned=None):
     """``(locks, reasons)``: ``locks`` with the lock of each of ``pins`` it lacks, read back from ``lock_dir``
-    (``read``: the hub's ``read_kept_lock``), and why a pin could not be (no lock directory, a refresh asked
-    for, no lock written yet, a lock that cannot be used: the role's pinning step says so in its own words)."""
+    (``read``: the hub's ``read_kept_lock``), or, where the controller keeps none (no lock directory, a refresh),
+    taken from ``pinned`` (the locks the play's pinning step got from the hub, by key); and why a pin could not be
+    (no lock directory, a refresh asked for, no lock written yet, a lock that cannot be used: the role's pinning
+    step says so in its own words)."""
     out, reasons = dict(locks), []
     for pin in pins:
         if pin["key"] in out:
+            continue
+        if (not lock_dir or refresh) and pin["key"] in (pinned or {}):
+            out[pin["key"]] = pinned[pin["key"]]
             continue
         if not lock_dir:
             reasons.append("the revision of %s is pinned by the hub in each run (engine_service_model_lock_dir is"
@@ -162,6 +173,30 @@ def gateway_reasons(host, reads):
     return out
 
 
+def placed_models(models):
+    """The names of the models placed on GPUs (``gpus`` given): their units name the node's GPUs."""
+    return [m.get("name") for m in models or [] if isinstance(m, dict) and "gpus" in m]
+
+
+def unplaced(variables):
+    """``variables`` with each model's ``gpus`` left out: the units rendered from them have the names, URLs, secret
+    files and commits of the role's (none of which depends on the GPUs), not their text."""
+    models = [{k: v for k, v in m.items() if k != "gpus"} if isinstance(m, dict) else m
+              for m in variables["engine_service_models"]]
+    return dict(variables, engine_service_models=models)
+
+
+def differing_units(rendered, digests, names):
+    """Why the unit files of the models ``names`` are not what the role renders (``rendered``, with the node's GPUs),
+    by the digests the node returned (the survey's ``unit_sha256``; a file it did not read has none)."""
+    out = []
+    for unit in rendered:
+        if unit["name"] in names and digests.get(unit["unit"]) != hashlib.sha256(
+                unit["text"].encode("utf-8")).hexdigest():
+            out.append("%s differs from what the role renders" % unit["unit"])
+    return out
+
+
 def summary(host, environment, units, gates):
     """engine_service_result of a settled node: what the role's last step (report.yml) sets."""
     return {"host": host, "current": environment, "mode": "steady", "rolled_back": False, "error": None,
@@ -172,8 +207,8 @@ class ActionModule(ActionBase):
     """Survey a serving node, check the placement, and sum up a settled node, in one task."""
 
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("node", "environment", "models", "units", "pins", "locks", "gpus", "api_key", "hf_token",
-                             "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
+    _VALID_ARGS = frozenset(("node", "environment", "models", "units", "pins", "locks", "pinned", "gpus", "api_key",
+                             "hf_token", "secret_environment", "unit_dir", "unit_prefix", "lock", "record_dir", "user",
                              "cache_dir", "keep", "steady_timeout", "shm_min_mib", "limit_nofile", "validate",
                              "lock_dir", "refresh", "gateway_read", "systemctl"))
 
@@ -237,21 +272,17 @@ class ActionModule(ActionBase):
             args["pins"] = engine_service_model_pins(list(args.get("models") or []))
         # the locks the role holds already, and those kept on the controller
         args["locks"], reasons = kept_locks(args["pins"], args.get("locks") or {}, args.get("lock_dir") or "",
-                                            boolean(args.get("refresh", False), strict=False), read_kept_lock)
-        if args.get("gpus") is None and any("gpus" in m for m in args.get("models") or [] if isinstance(m, dict)):
+                                            boolean(args.get("refresh", False), strict=False), read_kept_lock,
+                                            engine_service_kept_locks({}, list(args.get("pinned") or [])))
+        node = args.get("node")
+        if node is not None:
+            return self._before_plan(result, host, args, node, reasons, task_vars, values)
+        if args.get("gpus") is None and placed_models(args.get("models")):
             reasons.append("the node's GPUs are read with the pins (a model is placed on them)")
-        if reasons and args.get("node") is not None:
-            # before the plan: the look after it pins them (look.yml), then looks
-            result.update(changed=False, settled=False, pins_needed=False, deferred=True, reasons=reasons,
-                          msg="%s: looked at after engine_node's plan (%s)" % (host, "; ".join(reasons)))
-            return result
         if reasons:
             result.update(changed=False, settled=False, pins_needed=True, reasons=reasons,
                           msg="%s: its models are pinned first (%s)" % (host, "; ".join(reasons)))
             return result
-        node = args.get("node")
-        if node is not None:
-            return self._before_plan(result, host, args, node, task_vars, values)
         if "units" not in args:
             try:
                 variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
@@ -287,8 +318,9 @@ class ActionModule(ActionBase):
         result["warnings"] = survey.pop("warnings", [])
         return survey
 
-    def _verdict(self, result, host, args, module_args, survey, reasons=()):
-        """Sum up a settled node, or say why it takes the full way."""
+    def _verdict(self, result, host, args, module_args, survey, reasons=(), placed=None):
+        """Sum up a settled node, or say why it takes the full way. ``placed``: the units of the models placed on GPUs,
+        rendered with the GPUs the survey read (a callable, called once all else holds), for the node's digests."""
         reasons = list(reasons) + list(survey.get("reasons") or []) + gateway_reasons(host, args.get("gateway_read"))
         if survey.get("settled") and not reasons:
             models = list(args.get("models") or [])
@@ -297,6 +329,13 @@ class ActionModule(ActionBase):
                 models, args.get("gpus"), locks=args.get("locks") or {},
                 shm_mib=survey.get("shm_mib") if need_shm else None,
                 shm_min_mib=int(args.get("shm_min_mib") or 1024), limit_nofile=args.get("limit_nofile"))
+        if placed is not None and survey.get("settled") and not reasons:
+            try:
+                rendered = placed()
+            except AnsibleFilterError as exc:
+                result.update(failed=True, msg="host %s: %s" % (host, exc.message))
+                return result
+            reasons = differing_units(rendered, survey.get("unit_sha256") or {}, placed_models(args.get("models")))
         result["changed"] = False
         result["pins_needed"] = False
         if reasons:
@@ -317,12 +356,13 @@ class ActionModule(ActionBase):
         # an "ok", its line shown with -v (as engine_node_plan's for a node with nothing to do)
         return result
 
-    def _before_plan(self, result, host, args, node, task_vars, values):
+    def _before_plan(self, result, host, args, node, reasons, task_vars, values):
         """The look before engine_node's plan (``node``: the plan's options): the node is read for the plan in
         the same module call (``probe``, which site.yml hands the plan), the units are compared with what the
         role renders for each environment the plan may keep (``candidates``), and the plan's own decision says
-        whether the engine stays. A look it cannot make yet (a pin the controller does not hold, a model placed
-        on GPUs, which needs them read to render its unit) is ``deferred``: site.yml looks after the plan."""
+        whether the engine stays. The unit of a model placed on GPUs names them: the node returns its file's digest,
+        and it is rendered here with the GPUs that call read. A pin the controller does not hold (``reasons``) makes
+        the node take the full way, which pins it; the node is not asked (the plan reads it)."""
         result.update(changed=False, settled=False, pins_needed=False, deferred=False)
         if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
             result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
@@ -331,17 +371,12 @@ class ActionModule(ActionBase):
         version, build = str(node["version"]), str(node.get("build") or "auto")
         package, root = str(node.get("package") or "vllm"), str(node["root"])
         nvidia_smi = str(node.get("nvidia_smi") or "")
-        deferred = []
-        if any(isinstance(m, dict) and "gpus" in m for m in args.get("models") or []):
-            deferred.append("a model is placed on GPUs: its unit is rendered once the plan has read them")
         names = environment_names(version, build)
-        if not deferred and not names:
-            result.update(reasons=["engine_node_build is none: no engine to keep"],
-                          msg="%s: takes the full way of engine_service (engine_node_build is none)" % host)
-            return result
-        if deferred:
-            result.update(deferred=True, reasons=deferred,
-                          msg="%s: looked at after engine_node's plan (%s)" % (host, "; ".join(deferred)))
+        if not reasons and not names:
+            reasons = ["engine_node_build is none: no engine to keep"]
+        if reasons:
+            result.update(reasons=reasons, msg="%s: takes the full way of engine_service (%s)"
+                          % (host, "; ".join(reasons)))
             return result
         try:
             variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
@@ -353,12 +388,13 @@ class ActionModule(ActionBase):
                                            " of the llmfleet.engines.engine_service role, which is not set: run"
                                            " it from the role (its look_node entry point)" % (host, exc.args[0]))
             return result
+        placed = placed_models(args.get("models"))
         candidates, units = {}, None
         try:
             for name in names:
-                rendered = rendered_units(variables, name, args["locks"], None)
-                candidates[name] = {u["unit"]: hashlib.sha256(u["text"].encode("utf-8")).hexdigest()
-                                    for u in rendered}
+                rendered = rendered_units(unplaced(variables) if placed else variables, name, args["locks"], None)
+                candidates[name] = {u["unit"]: None if u["name"] in placed else
+                                    hashlib.sha256(u["text"].encode("utf-8")).hexdigest() for u in rendered}
                 # the units' names, URLs and secret files do not depend on the environment
                 units = units if units is not None else [dict(u, text=None) for u in rendered]
         except AnsibleFilterError as exc:
@@ -375,7 +411,7 @@ class ActionModule(ActionBase):
         if survey is None:
             return result
         probe = survey.pop("probe", None)
-        reasons = []
+        render = None
         if probe is not None:
             result["probe"] = dict(probe, read_with={"link": link, "nvidia_smi": nvidia_smi or None})
             try:
@@ -387,7 +423,14 @@ class ActionModule(ActionBase):
                 reasons.append("engine_node changes the engine (from %s to %s)"
                                % (decision["__engine_node_was"] or "nothing", decision["__engine_node_want"]))
             if decision is not None and not reasons:
-                module_args = dict(module_args, environment=decision["__engine_node_want"])
+                want = decision["__engine_node_want"]
+                module_args = dict(module_args, environment=want)
                 if service_smi == nvidia_smi:
-                    args["gpus"] = probe.get("gpus") or []
-        return self._verdict(result, host, args, module_args, survey, reasons)
+                    args["gpus"] = gpus = probe.get("gpus") or []
+                    render = functools.partial(rendered_units, variables, want, args["locks"], gpus) if placed else None
+                elif placed:
+                    # the role reads the GPUs with its own nvidia-smi: its full way reads them
+                    reasons.append("a model is placed on GPUs, which the role reads with engine_service_nvidia_smi"
+                                   " (%s), not engine_node_nvidia_smi (%s)"
+                                   % (service_smi or "the one on PATH", nvidia_smi or "the one on PATH"))
+        return self._verdict(result, host, args, module_args, survey, reasons, render)

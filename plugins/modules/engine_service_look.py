@@ -13,18 +13,21 @@ version_added: 0.10.0
 description:
   - The C(look) step of the C(llmfleet.engines.engine_service) role, as one task per serving node (an
     action that runs on the controller and calls M(llmfleet.engines.engine_service_survey) on the node).
-    C(playbooks/site.yml) runs it in its engine play on each serving node, first before
+    C(playbooks/site.yml) runs it in its engine play on each serving node, once, before
     C(llmfleet.engines.engine_node)'s plan (O(node), the role's C(look_node) entry point), where its one module
-    call also reads the node for that plan; where that look is deferred, again after the plan on a node whose
-    engine stays (the role's C(look) entry point).
+    call also reads the node for that plan. The role's C(look) entry point runs it after the plan, for a playbook
+    of one's own.
   - On the controller, first (O(validate)) checks the role's variables as the role's C(validate.yml) does, with
     the same function and words (P(llmfleet.engines.engine_service_variable_problems#filter)); a problem fails the
     host before anything is read.
   - Then pins each pinned model from the lock the role already holds (O(locks)), else from the lock kept in
     O(lock_dir), read back and checked as M(llmfleet.engines.hf_revision) reads it back (no request to the hub).
     Where a pin cannot be read that way (no O(lock_dir), O(refresh), a lock not written yet or one that cannot be
-    used), or a model is placed on GPUs and O(gpus) is not given, the node is not asked anything. RV(pins_needed)
-    is true, and the role pins the models (once for the play) and looks again with the locks.
+    used), the node is not asked anything. After the plan (O(environment)), the same holds where a model is placed
+    on GPUs and O(gpus) is not given; RV(pins_needed) is true, and the role's C(look) entry point pins the models
+    (once for the play) and looks again with the locks. Before the plan (O(node)), the node takes the full way
+    (which pins them); C(playbooks/site.yml) pins by the hub, once per batch before the looks, the models whose
+    locks the controller does not keep, and gives them in O(pinned).
   - Renders the units as the role renders them (its C(__engine_service_rendered), with O(environment), the locks
     and O(gpus)), unless O(units) is given. Works out each unit's secret file from the role's variables (only its
     SHA-256 goes to the node). Then has the node read everything the role would change, and gate each model, in
@@ -35,8 +38,10 @@ description:
     the module reads the node as M(llmfleet.engines.gpu_probe) reads it for the plan (RV(probe)), takes the
     environment C(current) names, and compares the unit files with that environment's digests. Then the plan's
     own decision (the same function C(llmfleet.engines.engine_node_plan) calls, on the same read) must leave
-    C(current) as it is, or the node is not settled. A pin that is not held, or a model placed on GPUs (whose
-    unit needs the GPUs read first), defers the look (RV(deferred)) without asking the node anything.
+    C(current) as it is, or the node is not settled. The unit of a model placed on GPUs names them: its digest
+    is not sent (null in the module's C(candidates)); the module returns the file's digest, and the unit is
+    rendered here with the GPUs the module read (when the role reads them with the same C(nvidia-smi) as the plan,
+    else the node takes the full way) and compared with it, once all else holds.
   - Then checks the models' placement on the node's GPUs, C(/dev/shm) and C(LimitNOFILE), as the
     role's preflight does (P(llmfleet.engines.engine_service_placement_problems#filter)).
   - A node where all of it holds is settled. It is summed up as the role's last step sums a node
@@ -86,6 +91,14 @@ options:
     description: The pinned models' locks the role holds already, by pin key; the others are read from O(lock_dir).
     type: dict
     default: {}
+  pinned:
+    description:
+      - The results of a M(llmfleet.engines.hf_revision) looped over pins (each item with its C(key)), the locks the
+        play pinned by the hub (C(playbooks/site.yml)'s look, once per batch). Used for a pin that is not in O(locks)
+        and whose lock the controller does not keep (no O(lock_dir), or O(refresh)); a host that keeps its locks
+        reads its own.
+    type: list
+    elements: dict
   lock_dir:
     description: C(engine_service_model_lock_dir), where the controller keeps the models' locks; empty - none kept.
     type: str
@@ -100,7 +113,9 @@ options:
     type: list
     elements: dict
   gpus:
-    description: The node's GPUs (M(llmfleet.engines.gpu_probe)'s C(gpus)), when a model is placed on them.
+    description:
+      - The node's GPUs (M(llmfleet.engines.gpu_probe)'s C(gpus)), when a model is placed on them.
+      - With O(node), the GPUs the module reads replace it where the role reads them with the plan's C(nvidia-smi).
     type: list
     elements: dict
   api_key:
@@ -178,7 +193,7 @@ EXAMPLES = r"""
     validate: true
   register: engine_service_result
 
-# In the engine_service role (tasks/look.yml), which site.yml includes after the plan
+# In the engine_service role (tasks/look.yml), its look entry point after the plan
 # (every other option is the role's variable)
 - name: Look whether this node's models are settled
   llmfleet.engines.engine_service_look:
@@ -190,8 +205,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 asked_node:
-  description: Whether this task ran M(llmfleet.engines.engine_service_survey) on the node (false where the look was
-    deferred, its pins were needed first, or no engine is kept).
+  description: Whether this task ran M(llmfleet.engines.engine_service_survey) on the node (false where its pins were
+    not held, or no engine is kept).
   returned: always
   type: bool
 settled:
@@ -211,8 +226,9 @@ pins_needed:
   type: bool
 deferred:
   description:
-    - With O(node), whether the look was left for after the plan (a pin not held, a model placed on GPUs); RV(reasons)
-      says why, and the node was not asked anything.
+    - With O(node), always false - nothing is left for after the plan (a pin not held sends the node the full way,
+      a model placed on GPUs is rendered with the GPUs the same module call reads). Kept for the playbooks that
+      read it.
   returned: with O(node)
   type: bool
 probe:

@@ -18,8 +18,8 @@ description:
   - No rollout holds the lock O(lock) (any entry there, link or not).
   - No unit of O(unit_prefix) in O(unit_dir) is left that O(units) does not list.
   - With O(probe), the node is read first (RV(probe)) and, with O(candidates), C(current) names one of them.
-  - Each unit file holds its O(units[].text), or has the digest O(candidates) gives it (read as systemd reads it,
-    through a link). Each unit's secret
+  - Each unit file holds its O(units[].text), or has the digest O(candidates) gives it, unless that digest is null
+    (read as systemd reads it, through a link; each file's digest is returned, RV(unit_sha256)). Each unit's secret
     file (O(units[].environment_file), missing counting as empty) has the SHA-256 O(units[].secret_sha256).
     No secret is sent or returned.
   - Each model in O(model_paths) exists and O(user) may read it (and enter it, a directory). A child process takes
@@ -127,6 +127,9 @@ options:
         With O(probe), the environments the run keeps (engine_node's plan would leave C(current) as it is when it
         names one of them), each mapped to the SHA-256 of each unit's text rendered for it, as
         C({environment: {unit: sha256}}). C(current) naming none of them is a reason (the engine changes).
+      - >-
+        A unit mapped to null is not compared here: its text names what O(probe) reads (the GPUs of a model placed
+        on them), so the caller renders it with RV(probe) and compares it with the file's digest (RV(unit_sha256)).
     type: dict
   steady_timeout:
     description: The gate's window, in seconds.
@@ -261,6 +264,12 @@ probe:
     - With O(probe), what was read (M(llmfleet.engines.gpu_probe)'s result for the same options, with its
       RV(llmfleet.engines.gpu_probe#module:link)); absent when the read failed (RV(reasons) says why).
   returned: when O(probe) is given and the read succeeded
+  type: dict
+unit_sha256:
+  description:
+    - The SHA-256 of each unit file read (as systemd reads it), by unit file name; the caller compares those that
+      O(candidates) maps to null.
+  returned: always
   type: dict
 recorded:
   description: The units whose gate record was written.

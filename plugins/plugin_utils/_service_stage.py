@@ -5,7 +5,8 @@
 
 The engine_service role's staging of pinned models (the filters of ``plugins/filter/engine_service_stage.py``,
 and the engine_service_look action): the distinct pins of the
-fleet's models, each with the name of its lock file (``engine_service_model_pins``), and whether the models
+fleet's models, each with the name of its lock file (``engine_service_model_pins``), those a play asks the
+hub for before its looks (``engine_service_hub_pins``, site.yml), and whether the models
 a node stages at once fit its disk together (``engine_service_stage_space``; each model's own check,
 model_snapshot's, sees the same free space; this one adds them up, per filesystem), the locks kept
 from a look-up (``engine_service_kept_locks``, stage_pin.yml), the commits the staging step keeps
@@ -23,6 +24,7 @@ import binascii
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import _revision_problems
 
 
@@ -47,6 +49,35 @@ def engine_service_model_pins(models):
         pins[key] = {"repo": entry["model"], "revision": entry["revision"], "key": key,
                      "file": "%s@%s.json" % (entry["model"].replace("/", "--"), entry["revision"].replace("/", "--"))}
     return [pins[k] for k in sorted(pins)]
+
+
+def engine_service_hub_pins(hostvars, hosts):
+    """The pins a play asks the hub for before its looks (site.yml, once for the play): each pin of a host of ``hosts``
+    that does not keep its locks on the controller (``engine_service_model_lock_dir`` empty: the hub pins it in each
+    run) or asks for them again (``engine_service_model_refresh``), once: ``[{repo, revision, key, file, host,
+    endpoint, allow_plain_http, lock_file, refresh}]``, sorted by key, with the hub settings of the first host that
+    asks for it and, where it refreshes, the lock file it keeps (else none). ``hostvars``: the hosts' variables; a
+    variable a host does not set is the role's default (empty, false)."""
+    if not isinstance(hosts, list):
+        raise AnsibleFilterError("engine_service_hub_pins: hosts must be a list of inventory hosts, not %s"
+                                 % type(hosts).__name__)
+    out = {}
+    for name in hosts:
+        host = hostvars[name]
+        models = host.get("engine_service_models")
+        if not isinstance(models, list):
+            continue
+        lock_dir = str(host.get("engine_service_model_lock_dir") or "")
+        refresh = boolean(host.get("engine_service_model_refresh") or False, strict=False)
+        if lock_dir and not refresh:
+            continue
+        for pin in engine_service_model_pins(models):
+            if pin["key"] not in out:
+                out[pin["key"]] = dict(
+                    pin, host=name, endpoint=str(host.get("engine_service_hf_endpoint") or ""),
+                    allow_plain_http=boolean(host.get("engine_service_hf_allow_plain_http") or False, strict=False),
+                    lock_file="%s/%s" % (lock_dir.rstrip("/"), pin["file"]) if lock_dir else None, refresh=refresh)
+    return [out[key] for key in sorted(out)]
 
 
 _MIB = 1024 * 1024

@@ -25,14 +25,17 @@ import yaml
 from tests.fake_haproxy import FakeHaproxy
 from tests.roles.conftest import REPO
 from tests.roles.test_engine_service_models import commit_of, hub_vars, pinned, snapshot_dir
+from tests.roles.test_engine_service_placement import CASES, EIGHT, nvidia_smi, unit_env, uuids
 
 ENV = "0.11.2-cu129"
 ROLE = "llmfleet.engines.engine_service"
 LOOK = "Look whether this node's models are settled"
 # a task of the role's full way (main.yml, in the rollout play)
 FULL_WAY = "Find the units this role owns on the node"
-# the pinning step (stage_pin.yml's hf_revision), which the look leaves out where the controller keeps the locks
+# the staging step's pinning (stage_pin.yml's hf_revision), which the look leaves out
 PIN = "Pin the revisions of the play's models to their commits"
+# look_node.yml's pinning, once for the batch, of the pins the controller does not keep (no lock directory, a refresh)
+HUB_PIN = "Pin by the hub the revisions the controller does not keep"
 PLAN = "Check, read and decide what this node runs"
 # the engine the node runs (tests/roles/engines.py lays it out), asked for by name: the node has no nvidia-smi
 NODE = dict(zip(("engine_node_version", "engine_node_build"), ENV.rsplit("-", 1)))
@@ -56,12 +59,11 @@ def site(tmp_path, node):
              or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t or "llmfleet.engines.haproxy_info" in t]
     assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
             or ("haproxy_info" if "llmfleet.engines.haproxy_info" in t else "group_by") for t in steps] == [
-        "haproxy_info", "look_node", "plan", "end_host", "end_host", "look", "end_host", "systemd", "stage",
-        "group_by"], steps
+        "haproxy_info", "look_node", "plan", "end_host", "end_host", "systemd", "stage", "group_by"], steps
     assert steps[0]["run_once"] is True, steps[0]
-    # the first look is imported, its defaults the role's own (public: false), the other steps included
+    # the look is imported, its defaults the role's own (public: false), the other steps included
     assert steps[1]["ansible.builtin.import_role"]["public"] is False, steps[1]
-    assert "public" not in steps[5]["ansible.builtin.include_role"], steps[5]
+    assert "when" not in steps[1], steps[1]
     # engine_node's private facts, which the full way's prune reads (the plan below sets engine_node_result)
     facts = node._engine_node_facts(False, None, ENV)  # pylint: disable=protected-access
     engine_play = {"name": "engine play", "hosts": "node", "gather_facts": False, "vars": engine["vars"],
@@ -73,9 +75,7 @@ def site(tmp_path, node):
 
 
 def looks(run):
-    """The looks that ran on the node: one (before the plan) where the controller holds the models' locks, else
-    that one (``deferred``), one after the plan (``pins_needed``) and one after the pinning step
-    (look_pinned.yml)."""
+    """The looks that ran on the node: one, before the plan (nothing is deferred)."""
     return [t["result"] for t in run.task(LOOK) if t["host"] == "node" and t["status"] != "skipped"]
 
 
@@ -91,7 +91,9 @@ def looked(run):
 
 
 def pinned_by_the_hub(run):
-    return len([t for t in run.task(PIN) if t["status"] != "skipped"])
+    """The pinning steps that ran: the staging step's (the full way), look_node.yml's (before the looks)."""
+    return (len([t for t in run.task(PIN) if t["status"] != "skipped"]),
+            len([t for t in run.task(HUB_PIN) if t["status"] != "skipped"]))
 
 
 def full_way(run):
@@ -105,7 +107,7 @@ def settled_run(node, playbook, models, extra):
     assert look["settled"] is True, (look.get("reasons"), run.explain())
     assert full_way(run) == 0, run.explain()
     # the lock kept on the controller (engine_service_model_lock_dir) pins the model: one look, no pinning step
-    assert len(looks(run)) == 1 and look["pins_needed"] is False and pinned_by_the_hub(run) == 0, run.explain()
+    assert len(looks(run)) == 1 and look["pins_needed"] is False and pinned_by_the_hub(run) == (0, 0), run.explain()
     assert look["deferred"] is False, look
     # the look read the node for the plan: the plan decided from that read, reading nothing itself
     assert look["probe"]["read_with"] == {"link": str(node.root / "engines" / "vllm" / "current"),
@@ -133,15 +135,14 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     extra = dict(hub_vars(hub, tmp_path), engine_service_steady_timeout=3, engine_service_lock_wait=0, **NODE)
     playbook = site(tmp_path, node)
 
-    # a fresh node: nothing is there, the full way serves it; no lock is kept yet, so the first look leaves the
-    # pin to the pinning step (which writes the lock), and the second look finds the node unsettled
-    run = unsettled_run(node, playbook, models, extra, "%s is not on the node" % unit)
+    # a fresh node: no lock is kept yet, so the look sends the node the full way without asking it (the plan reads
+    # it); the full way pins the model (and keeps its lock) and serves it
+    why = "no lock of %s@v1 is kept in %s yet" % (models[0]["model"], tmp_path / "locks")
+    run = unsettled_run(node, playbook, models, extra, why)
     assert full_way(run) == 1 and run.result["settled"] is False and run.result["units"] == [unit], run.explain()
-    early, first, second = looks(run)
-    why = ["no lock of %s@v1 is kept in %s yet" % (models[0]["model"], tmp_path / "locks")]
-    assert early["deferred"] is True and early["reasons"] == why and "probe" not in early, early
-    assert first["pins_needed"] is True and first["reasons"] == why, first
-    assert second["pins_needed"] is False and pinned_by_the_hub(run) == 1, run.explain()
+    (early,) = looks(run)
+    assert early["reasons"] == [why] and early["asked_node"] is False and "probe" not in early, early
+    assert early["deferred"] is False and pinned_by_the_hub(run) == (1, 0), run.explain()
     pid = node.main_pid(unit)
     record = node.root / "engines" / "vllm" / (unit + ".gate.json")
     first_record = json.loads(record.read_text())
@@ -256,7 +257,7 @@ def test_check_mode_looks_without_a_gate_or_a_record(node, upstream, tmp_path):
     look = looked(run)
     assert look["settled"] is True and look["gates"] == [], look
     # the lock the first run kept is read back on the controller: one look, the hub not asked
-    assert len(looks(run)) == 1 and pinned_by_the_hub(run) == 0, run.explain()
+    assert len(looks(run)) == 1 and pinned_by_the_hub(run) == (0, 0), run.explain()
     assert record.read_text() == before
     assert full_way(run) == 0, run.explain()
 
@@ -271,26 +272,39 @@ def test_without_kept_locks_the_hub_pins_each_run_and_the_look_goes_on_and_a_bad
     playbook = site(tmp_path, node)
     run = node.play(models, extra_vars=extra, playbook=playbook)
     assert run.rc == 0 and full_way(run) == 1, run.explain()
+    # pinned once, before the looks: the staging step (the full way) takes those locks and asks the hub nothing
+    assert pinned_by_the_hub(run) == (0, 1), run.explain()
 
-    # no lock kept on the controller: each run pins by the hub (once for the play), then the node is settled
+    # no lock kept on the controller: each run pins by the hub, once for the play before the looks, and the one
+    # look finds the node settled
     run = node.play(models, extra_vars=extra, playbook=playbook)
     assert run.rc == 0, run.explain()
-    early, first, second = looks(run)
-    why = ["the revision of %s@v1 is pinned by the hub in each run (engine_service_model_lock_dir is not set)"
-           % models[0]["model"]]
-    assert early["deferred"] is True and early["reasons"] == why, early
-    assert first["pins_needed"] is True and first["reasons"] == why, first
-    assert second["settled"] is True and second["pins_needed"] is False, second
-    assert pinned_by_the_hub(run) == 1 and full_way(run) == 0, run.explain()
+    (look,) = looks(run)
+    assert look["settled"] is True and look["asked_node"] is True and look["deferred"] is False, look
+    assert pinned_by_the_hub(run) == (0, 1) and full_way(run) == 0, run.explain()
 
-    # a bad variable fails the host in the look, in validate.yml's words, before the node is read or pinned
+    # the role's look entry point (public: a playbook of one's own runs it after engine_node): with no kept lock,
+    # the models are pinned first (look_pinned.yml), then the one look of the node finds it settled
+    own = pathlib.Path(tmp_path) / "own-look.yml"
+    own.write_text(json.dumps([{"hosts": "node", "gather_facts": False, "tasks": [
+        {"ansible.builtin.set_fact": {"engine_node_result": {"action": "unchanged", "current": ENV, "pending": ""}}},
+        {"ansible.builtin.include_role": {"name": ROLE, "tasks_from": "look"}}]}]))
+    run = node.play(models, extra_vars=extra, playbook=str(own))
+    assert run.rc == 0, run.explain()
+    first, second = looks(run)
+    assert first["pins_needed"] is True and first["asked_node"] is False, first
+    assert second["settled"] is True and second["current"] == ENV and pinned_by_the_hub(run) == (1, 0), run.explain()
+
+    # a bad variable fails the host in the look, in validate.yml's words, before the node is read (the hub's pin,
+    # once for the play on the controller, comes before the looks)
     run = node.play(models, extra_vars=dict(extra, engine_service_model_keep=0), playbook=playbook)
     assert run.rc == 2, run.explain()
     (look,) = [t for t in run.task(LOOK) if t["host"] == "node"]
     assert look["status"] == "failed" and look["result"]["msg"] == (
         "host node: variable engine_service_model_keep is 0, allowed: a whole number of snapshots, 1 or more. Fix it"
         " in the inventory (host_vars/node.yml or its group's variables)."), look
-    assert pinned_by_the_hub(run) == 0 and full_way(run) == 0, run.explain()
+    assert look["result"]["asked_node"] is False and full_way(run) == 0, run.explain()
+    assert not [t for t in run.task(PLAN) if t["host"] == "node"], run.explain()
 
 
 def stat_mode(path):
@@ -337,3 +351,34 @@ def test_a_server_a_rollout_left_drained_on_the_gateway_unsettles_the_node_until
     finally:
         fake.stop()
         shutil.rmtree(folder)
+
+
+def test_a_model_on_gpus_is_looked_at_once_with_the_gpus_that_look_read(node, tmp_path):
+    """Its unit names the node's GPUs by UUID: the look's one module call reads them (for the plan too) and returns
+    the unit file's digest, and the controller renders the unit with those GPUs and compares: one look, nothing
+    deferred. A unit naming other GPUs takes the full way, which writes it back."""
+    node.make_env(*ENV.split("-"))
+    node.set_current(ENV)
+    smi = nvidia_smi(node, CASES / "8xh100-580")
+    models = [node.model("g", gpus=[1])]
+    unit = node.unit(models[0])
+    # the plan and the role read the GPUs with the same nvidia-smi (engine_service_nvidia_smi's default)
+    extra = dict(NODE, engine_node_nvidia_smi=smi, engine_service_environment=EIGHT, engine_service_shm_min_mib=1,
+                 engine_service_steady_timeout=3, engine_service_lock_wait=0)
+    playbook = site(tmp_path, node)
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0 and full_way(run) == 1, run.explain()
+    assert unit_env(node, models[0], "CUDA_VISIBLE_DEVICES") == uuids()[1]
+
+    run = node.play(models, extra_vars=extra, playbook=playbook)
+    assert run.rc == 0, run.explain()
+    (look,) = looks(run)
+    assert look["settled"] is True and look["deferred"] is False and full_way(run) == 0, (look, run.explain())
+    assert look["probe"]["read_with"]["nvidia_smi"] == smi and len(look["probe"]["gpus"]) == 8, look["probe"]
+    assert plan(run)["action"] == "unchanged", plan(run)
+
+    # the unit as it would be on another GPU: its file differs only in the GPUs it names
+    text = (node.unit_dir / unit).read_text()
+    (node.unit_dir / unit).write_text(text.replace(uuids()[1], uuids()[2]))
+    run = unsettled_run(node, playbook, models, extra, "%s differs from what the role renders" % unit)
+    assert len(looks(run)) == 1 and full_way(run) == 1 and (node.unit_dir / unit).read_text() == text, run.explain()

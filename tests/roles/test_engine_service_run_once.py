@@ -41,10 +41,10 @@ def site_shaped():
     engine = next(p for p in plays if p["name"] == "Converge the vLLM engines of the fleet")
     rollout = next(p for p in plays if p["name"] == "Roll the served vLLM models onto the new engines")
     steps = _engine_service_includes(engine["tasks"])
-    assert [_role_step(t)["tasks_from"] for t in steps] == ["look_node", "look", "systemd", "stage"]
-    # the looks go with engine_node's plan (the first reads the node for it, the second reads its result): a node
-    # that engine_node changes is not settled, and takes every step below (test_engine_service_look.py has them)
-    steps = steps[2:]
+    assert [_role_step(t)["tasks_from"] for t in steps] == ["look_node", "systemd", "stage"]
+    # the look goes with engine_node's plan (it reads the node for it): a node that engine_node changes is not
+    # settled, and takes every step below (test_engine_service_look.py has the look)
+    steps = steps[1:]
     assert [_role_step(t)["tasks_from"] for t in _engine_service_includes(rollout["tasks"])] == ["rollout"]
     return [{"name": "engine play", "hosts": "node", "gather_facts": False, "tasks": steps},
             {"name": "rollout play", "hosts": "node", "gather_facts": False, "tasks": rollout["tasks"]}]

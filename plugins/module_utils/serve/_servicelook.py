@@ -21,7 +21,9 @@ own words:
 - each pinned model's snapshot is complete, with nothing to prune, and no model the node no longer
   pins has anything to prune;
 - with ``probe`` (site.yml, before engine_node's plan), ``current`` names an environment of
-  ``candidates`` (one the run keeps), whose digests the unit files must have;
+  ``candidates`` (one the run keeps), whose digests the unit files must have; a unit whose digest is
+  null there (its text names the GPUs this call reads) is left to the caller, who renders it with them
+  and compares it with the file's digest (``unit_sha256``, returned for every unit file read);
 - each unit passes the steady readiness gate (``_ready.Gate``, judged by a window of this call),
   unless in check mode.
 
@@ -247,7 +249,8 @@ class Look:
         self.shm = shm
         self.reasons = []
         self.result = {"settled": False, "reasons": self.reasons, "states": {}, "gates": [], "orphans": [],
-                       "shm_mib": None, "recorded": []}
+                       "shm_mib": None, "recorded": [],
+                       "unit_sha256": {}}
 
     # -- the parts, cheapest first -------------------------------------------------------------
     def _node(self):
@@ -283,6 +286,8 @@ class Look:
                                 % (environment or "nothing", ", ".join(sorted(candidates)) or "none"))
             return
         for unit in self.p["units"]:
+            # null: the unit's text depends on this read (the GPUs), so the caller compares its digest
+            unit["by_caller"] = unit["unit"] in expected and expected[unit["unit"]] is None
             unit["sha256"] = expected.get(unit["unit"])
 
     def _lock(self):
@@ -309,9 +314,12 @@ class Look:
                 self.reasons.append(problem)
             elif text is None:
                 self.reasons.append("%s is not on the node" % unit["unit"])
-            elif (text != unit["text"] if unit.get("text") is not None else
-                  hashlib.sha256(text.encode("utf-8")).hexdigest() != unit.get("sha256")):
-                self.reasons.append("%s differs from what the role renders" % unit["unit"])
+            else:
+                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+                self.result["unit_sha256"][unit["unit"]] = digest
+                differs = text != unit["text"] if unit.get("text") is not None else digest != unit.get("sha256")
+                if differs and not unit.get("by_caller"):
+                    self.reasons.append("%s differs from what the role renders" % unit["unit"])
             secret, problem = _read_text(unit["environment_file"])
             if problem:
                 self.reasons.append(problem)
@@ -416,7 +424,7 @@ class Look:
     # -- the look --------------------------------------------------------------------------------
     def look(self):
         """The result dict: ``settled``, ``reasons``, ``states``, ``gates``, ``orphans``, ``shm_mib``,
-        ``recorded``. Stops at the first part that finds a reason: the full way reads the rest."""
+        ``recorded``, ``unit_sha256``. Stops at the first part that finds a reason: the full way reads the rest."""
         for part in (self._node, self._lock, self._orphans, self._files, self._states, self._paths, self._shm,
                      self._snapshots, self._gates):
             try:

@@ -647,15 +647,100 @@ def test_before_the_plan_the_placement_is_checked_as_after_it(tmp_path):
 @pytest.mark.parametrize("over, reason", [
     ({"engine_service_model_lock_dir": ""},
      "the revision of org/chat@main is pinned by the hub in each run (engine_service_model_lock_dir is not set)"),
-    ({"engine_service_models": [dict(MODELS[0], gpus=[0])]},
-     "the node's GPUs are read with the pins (a model is placed on them)"),
+    ({"engine_service_model_refresh": True},
+     "the revision of org/chat@main is pinned again (engine_service_model_refresh)"),
 ])
-def test_before_the_plan_a_look_that_needs_the_plan_first_is_deferred_without_asking_the_node(tmp_path, over, reason):
+def test_before_the_plan_a_pin_not_held_takes_the_full_way_without_asking_the_node(tmp_path, over, reason):
+    """Nothing is deferred: the full way pins it (the plan reads the node itself)."""
     res, calls = _run({"node": NODE}, settled_survey(UNITS, probe=probe_at(ENV)), task_vars=node_vars(tmp_path, **over))
-    assert calls == [] and res["deferred"] is True and res["settled"] is False and res["pins_needed"] is False, res
-    assert res["asked_node"] is False
-    assert res["reasons"][0] == reason and "probe" not in res
-    assert res["msg"].startswith("n1: looked at after engine_node's plan (")
+    assert calls == [] and res["settled"] is False and res["deferred"] is False and res["pins_needed"] is False, res
+    assert res["asked_node"] is False and not res.get("failed")
+    assert res["reasons"][0] == reason and "probe" not in res and "ansible_stats" not in res
+    assert res["msg"].startswith("n1: takes the full way of engine_service (")
+
+
+def pinned_results(locks):
+    """site.yml's pinning (a looped hf_revision, registered): each item with its key, each result with its lock."""
+    return [{"item": {"key": key}, "lock": lock, "changed": False} for key, lock in locks.items()] + [
+        {"item": {"key": "org/skipped@main"}, "skipped": True}]
+
+
+@pytest.mark.parametrize("over", [{"engine_service_model_lock_dir": ""}, {"engine_service_model_refresh": True}])
+def test_before_the_plan_the_locks_the_play_pinned_by_the_hub_are_used_where_none_is_kept(tmp_path, over):
+    """site.yml's look_node.yml pins by the hub once per batch and gives each look those locks (``pinned``)."""
+    moved = {"org/chat@main": lock_of("org/chat", "d" * 40), "org/code@v1": LOCKS["org/code@v1"]}
+    res, calls = _run({"node": NODE, "pinned": pinned_results(moved)}, settled_survey(UNITS, probe=probe_at(ENV)),
+                      task_vars=node_vars(tmp_path, **over))
+    assert len(calls) == 1 and res["settled"] is True, res
+    assert calls[0][1]["in_use"] == sorted(["d" * 40, OTHER])
+
+
+def test_before_the_plan_a_host_that_keeps_its_locks_reads_its_own_not_the_plays(tmp_path):
+    moved = {"org/chat@main": lock_of("org/chat", "d" * 40)}
+    res, calls = _run({"node": NODE, "pinned": pinned_results(moved)}, settled_survey(UNITS, probe=probe_at(ENV)),
+                      task_vars=node_vars(tmp_path))
+    assert len(calls) == 1 and res["settled"] is True, res
+    assert calls[0][1]["in_use"] == sorted([COMMIT, OTHER])
+
+
+# every model on GPUs of its own (a node places all of its models, or none)
+PLACED = [dict(model, gpus=[index]) for index, model in enumerate(MODELS)]
+THREE_GPUS = [dict(NODE_GPUS[0], index=index, uuid="GPU-%08d-2222-3333-4444-555555555555" % index)
+              for index in range(3)]
+
+
+def placed_survey(**over):
+    """The survey's answer on a node whose units are what the role renders with its GPUs (``over``: other files)."""
+    rendered = engine_service_units(PLACED, ROOT, ENV, locks=LOCKS, api_key=True, gpus=THREE_GPUS)
+    digests = {u["unit"]: hashlib.sha256(u["text"].encode("utf-8")).hexdigest() for u in rendered}
+    digests.update(over)
+    return settled_survey(UNITS, probe=dict(probe_at(ENV), gpus=THREE_GPUS, gpu_count=3), unit_sha256=digests)
+
+
+def test_before_the_plan_a_model_on_gpus_is_rendered_with_the_gpus_the_one_module_call_read(tmp_path):
+    variables = node_vars(tmp_path, engine_service_models=PLACED)
+    res, calls = _run({"node": NODE, "validate": True}, placed_survey(), task_vars=variables)
+    assert res["settled"] is True and res["deferred"] is False and not res.get("failed"), res
+    ((_name, sent),) = calls
+    # the placed model's unit names the GPUs, not known before the call: the node returns its digest instead
+    assert sent["candidates"] == {env: {unit: None for unit in UNITS} for env in environment_names("0.20.0", "auto")}
+    assert [u["unit"] for u in sent["units"]] == UNITS and all("text" not in u for u in sent["units"])
+    assert sent["in_use"] == sorted([COMMIT, OTHER])
+    assert (res["current"], res["units"]) == (ENV, UNITS)
+
+
+def test_before_the_plan_a_unit_on_gpus_that_differs_from_the_rendering_with_them_is_not_settled(tmp_path):
+    variables = node_vars(tmp_path, engine_service_models=PLACED)
+    # the unit as it was rendered for another GPU (another UUID)
+    other_gpu = [dict(THREE_GPUS[0], uuid="GPU-99999999-2222-3333-4444-555555555555")] + THREE_GPUS[1:]
+    (stale,) = [u for u in engine_service_units(PLACED, ROOT, ENV, locks=LOCKS, api_key=True, gpus=other_gpu)
+                if u["unit"] == UNITS[0]]
+    res, calls = _run({"node": NODE}, placed_survey(**{UNITS[0]: hashlib.sha256(stale["text"].encode()).hexdigest()}),
+                      task_vars=variables)
+    assert len(calls) == 1 and res["settled"] is False and "ansible_stats" not in res, res
+    assert res["reasons"] == ["%s differs from what the role renders" % UNITS[0]]
+    # a file the node did not read (no digest) is not what the role renders either
+    answer = placed_survey()
+    del answer["unit_sha256"][UNITS[0]]
+    res, _calls = _run({"node": NODE}, answer, task_vars=variables)
+    assert res["settled"] is False and res["reasons"] == ["%s differs from what the role renders" % UNITS[0]]
+
+
+def test_before_the_plan_a_model_on_a_gpu_the_node_lacks_is_not_settled_in_the_preflights_words(tmp_path):
+    models = [dict(PLACED[0], gpus=[5])] + PLACED[1:]
+    res, calls = _run({"node": NODE}, placed_survey(), task_vars=node_vars(tmp_path, engine_service_models=models))
+    assert len(calls) == 1 and res["settled"] is False and not res.get("failed"), res
+    assert res["reasons"][0].startswith("variable engine_service_models[0].gpus names 5, which this node does not have")
+
+
+def test_before_the_plan_gpus_the_role_reads_with_another_nvidia_smi_take_the_full_way(tmp_path):
+    variables = node_vars(tmp_path, engine_service_models=PLACED, engine_service_nvidia_smi="/opt/other/nvidia-smi")
+    res, calls = _run({"node": NODE}, placed_survey(), task_vars=variables)
+    assert len(calls) == 1 and res["settled"] is False, res
+    assert res["reasons"] == ["a model is placed on GPUs, which the role reads with engine_service_nvidia_smi"
+                              " (/opt/other/nvidia-smi), not engine_node_nvidia_smi (the one on PATH)"]
+    # the plan still takes the read
+    assert res["probe"]["link"]["target"].endswith(ENV)
 
 
 def test_before_the_plan_build_none_keeps_no_engine_and_asks_nothing(tmp_path):

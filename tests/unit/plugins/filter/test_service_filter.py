@@ -62,7 +62,7 @@ def directives(text, section="Service"):
 
 
 def test_each_filter_has_its_documentation_file():
-    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures",
+    assert sorted(F) == ["engine_service_failure", "engine_service_gate_figures", "engine_service_hub_pins",
                          "engine_service_model_pins",
                          "engine_service_problems", "engine_service_says", "engine_service_secret_file", "engine_service_unit_states",
                          "engine_service_units", "engine_service_variable_problems"]
@@ -764,6 +764,34 @@ def test_model_pins_are_distinct_and_sorted():
     assert F["engine_service_model_pins"]([QWEN]) == []
     with pytest.raises(AnsibleFilterError):
         F["engine_service_model_pins"]("Qwen/Qwen3-8B")
+
+
+def test_the_hub_pins_are_those_of_the_hosts_that_keep_no_lock_or_refresh_once_each():
+    """site.yml pins them once for the batch before the looks: a host that keeps its locks on the controller (and
+    does not refresh) asks the hub nothing; a pin asked for twice is asked once, with the first host's settings."""
+    pinned = dict(QWEN, revision="main")
+    hostvars = {
+        "kept": {"engine_service_models": [dict(pinned, model="org/kept")], "engine_service_model_lock_dir": "/l"},
+        "plain": {"engine_service_models": [pinned, dict(QWEN, name="b", port=8001)],
+                  "engine_service_hf_endpoint": "https://hub.internal", "engine_service_hf_token": "hf_NEVER"},
+        "again": {"engine_service_models": [pinned, dict(pinned, model="org/new")],
+                  "engine_service_model_lock_dir": "/locks/", "engine_service_model_refresh": "true",
+                  "engine_service_hf_allow_plain_http": True},
+        "serves-nothing": {},
+        "not-in-the-batch": {"engine_service_models": [dict(pinned, model="org/other")]},
+    }
+    pins = F["engine_service_hub_pins"](hostvars, ["kept", "plain", "again", "serves-nothing"])
+    assert pins == [
+        {"repo": "Qwen/Qwen3-8B", "revision": "main", "key": "Qwen/Qwen3-8B@main", "file": "Qwen--Qwen3-8B@main.json",
+         "host": "plain", "endpoint": "https://hub.internal", "allow_plain_http": False, "lock_file": None,
+         "refresh": False},
+        {"repo": "org/new", "revision": "main", "key": "org/new@main", "file": "org--new@main.json", "host": "again",
+         "endpoint": "", "allow_plain_http": True, "lock_file": "/locks/org--new@main.json", "refresh": True}]
+    # the token stays the host's (the task reads it from hostvars): never in the items, which are registered
+    assert "hf_NEVER" not in json.dumps(pins)
+    assert F["engine_service_hub_pins"](hostvars, ["kept", "serves-nothing"]) == []
+    with pytest.raises(AnsibleFilterError):
+        F["engine_service_hub_pins"](hostvars, "kept")
 
 
 def test_the_hub_token_reaches_only_the_units_that_fetch_from_the_hub():

@@ -863,6 +863,25 @@ def test_before_the_plan_a_unit_file_other_than_the_digest_for_current_is_not_se
     assert gates.calls == [] and "probe" in result
 
 
+def test_before_the_plan_a_unit_whose_digest_is_null_is_left_to_the_caller_with_its_files_digest(node):
+    """A model placed on GPUs: its unit names the GPUs this call reads, so the caller renders it with them and compares
+    the digest returned; the other units are compared here as before."""
+    placed, other = node.units[0]["unit"], node.units[1]["unit"]
+    edited = "[Unit]\nDescription=placed on the GPUs the caller reads\n"
+    (node.unit_dir / placed).write_text(edited)
+    result, _run, gates = look(before_plan(node, {ENV: dict(digests(node), **{placed: None})}),
+                               read_node=lambda spec: probe_of(node.root, ENV))
+    assert result["settled"] is True, result["reasons"]
+    assert result["unit_sha256"] == dict(digests(node), **{placed: sha256_text(edited)})
+    assert len(gates.calls) == len(node.units)
+    # a unit whose digest is given is still compared here, null beside it or not
+    (node.unit_dir / other).write_text(edited)
+    result, _run, gates = look(before_plan(node, {ENV: dict(digests(node), **{placed: None})}),
+                               read_node=lambda spec: probe_of(node.root, ENV))
+    not_settled(result, "^%s differs from what the role renders$" % re.escape(other))
+    assert gates.calls == []
+
+
 @pytest.mark.parametrize("current, words", [
     ("0.11.2-cu129", "current is 0.11.2-cu129, not an environment this run keeps (0.20.0-cpu, 0.20.0-cu13)"),
     ("", "current is nothing, not an environment this run keeps (0.20.0-cpu, 0.20.0-cu13)"),

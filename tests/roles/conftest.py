@@ -8,6 +8,7 @@ unit and secrets directories, and ``node.play(...)``. See tests/roles/README.md.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -483,3 +484,116 @@ def node(tmp_path, service_user):
         yield made
     finally:
         made.close()
+
+
+# -- one converged node for the tests that start from it -------------------------------------------
+OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
+
+
+def _tree(top: pathlib.Path) -> dict:
+    """{path: (type, uid, gid, mode, sha256 of a file or target of a link)} of everything below ``top``. Of a
+    unit's gate record (``<unit>.gate.json``), which every run that gates rewrites with its own stage, figures
+    and time (a record of the run, not a setting), what it says of the unit: its environment and readiness."""
+    out = {}
+    for folder, dirs, files in os.walk(str(top)):
+        for name in [""] + sorted(dirs) + sorted(files):
+            path = os.path.join(folder, name) if name else folder
+            info = os.lstat(path)
+            extra = None
+            if stat.S_ISREG(info.st_mode) and name.endswith(".gate.json"):
+                with open(path, encoding="utf-8") as handle:
+                    record = json.load(handle)
+                extra = [record.get(key) for key in ("unit", "environment", "ready")]
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as handle:
+                    extra = hashlib.sha256(handle.read()).hexdigest()
+            elif stat.S_ISLNK(info.st_mode):
+                extra = os.readlink(path)
+            out[path] = (stat.S_IFMT(info.st_mode), info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), extra)
+    return out
+
+
+class Served:
+    """A node the role converged from nothing (OLD serves the default model; NEW then laid beside it, as an
+    upgrade's tests have it), shared by the tests that start from that state: one converge instead of one
+    per test. ``first`` is the converging run, ``builds`` how many converges this session made.
+
+    A test gets it only as it was left by the converge: before each test its fingerprint (every file
+    under the node's root, units and secrets (see _tree), where ``current`` points, and each unit's main
+    process, state and restarts) is compared with the one taken after the converge, and a node that differs in anything
+    (a test changed it, or failed half-way) is closed and converged again; only empty directories that a
+    refused rollout made are removed first (see _drop_new_empty_directories). So no test sees what another
+    did, and a test run alone gets the same node as in the whole run."""
+
+    def __init__(self, tmp_factory, user):
+        self.tmp_factory, self.user = tmp_factory, user
+        self.node = self.first = self.at_converge = None
+        # the node object's models and environment after the converge (JSON), given back to each test
+        self.models = self.environment = None
+        self.builds = 0
+
+    def fingerprint(self):
+        """What the node is now, as far as a test that starts from it can tell."""
+        node = self.node
+        units = sorted(path.name for path in node.unit_dir.glob(UNIT_PREFIX + "*.service"))
+        return {"current": node.current(), "files": {**_tree(node.root), **_tree(node.unit_dir),
+                                                     **(_tree(node.secrets_dir) if node.secrets_dir.exists() else {})},
+                "units": {unit: node.show(unit, "MainPID", "ActiveState", "SubState", "NRestarts",
+                                          "NeedDaemonReload") for unit in units}}
+
+    def build(self):
+        self.builds += 1
+        self.node = Node(self.tmp_factory.mktemp("served-node"), self.user)
+        self.node.make_env(*OLD.split("-"))
+        self.node.set_current(OLD)
+        self.first = self.node.play()
+        assert self.first.rc == 0, self.first.explain()
+        self.node.make_env(*NEW.split("-"))
+        self.models, self.environment = json.dumps(self.node.models), json.dumps(self.node.environment)
+        self.at_converge = self.fingerprint()
+
+    def _drop_new_empty_directories(self):
+        """Remove the empty directories that were not there after the converge (deepest first): a rollout
+        makes the next environment's cache directories before its drain, so a run refused at the drain
+        leaves them behind. Anything else a test left stays, and makes the fingerprints differ."""
+        known = self.at_converge["files"]
+        for folder in sorted(_tree(self.node.root), key=len, reverse=True):
+            if folder not in known and os.path.isdir(folder) and not os.path.islink(folder) \
+                    and not os.listdir(folder):
+                os.rmdir(folder)
+
+    def take(self):
+        """The node as the converge left it (converged again if a test changed it)."""
+        if self.node is not None and self.fingerprint() != self.at_converge:
+            self._drop_new_empty_directories()
+        if self.node is not None and self.fingerprint() != self.at_converge:
+            self.close()
+        if self.node is None:
+            self.build()
+        node = self.node
+        # what a test sets on the object and the fake load balancer's markers (only a hook writes them)
+        node.models, node.environment = json.loads(self.models), json.loads(self.environment)
+        shutil.rmtree(str(node.state / "lb"), ignore_errors=True)
+        return node
+
+    def close(self):
+        if self.node is not None:
+            node, self.node = self.node, None
+            node.close()
+
+
+@pytest.fixture(scope="session")
+def _served(tmp_path_factory, service_user):
+    shared = Served(tmp_path_factory, service_user)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+@pytest.fixture
+def served(_served):
+    """The node the role converged (see Served): ``served.node``, ``served.first``; OLD serves
+    ``served.node.models[0]``, NEW is on disk, nothing else ran on it."""
+    _served.take()
+    return _served

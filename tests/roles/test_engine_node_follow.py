@@ -17,28 +17,30 @@ from tests.roles.conftest import ANSIBLE_PLAYBOOK, COLLECTIONS
 STEPS = {"venv": "creating the Python environment", "install": "downloading and installing packages"}
 
 # steps into the progress file (atomically, as uv_engine_env writes it), then the file removed and a last
-# pause ("finishing"), then the job's own result
+# pause ("finishing"), then the job's own result; argv[3] is the length of a step in seconds, the last
+# pause 0.8 of it
 JOB = r"""
 import json, os, sys, time
-progress = sys.argv[1]
+progress, step_s = sys.argv[1], float(sys.argv[3])
 for step in ("venv", "install"):
     with open(progress + ".tmp", "w") as handle:
         json.dump({"step": step}, handle)
     os.rename(progress + ".tmp", progress)
-    time.sleep(5)
+    time.sleep(step_s)
 os.remove(progress)
-time.sleep(4)
+time.sleep(step_s * 0.8)
 print(json.dumps({"built": "yes"}))
 sys.exit(int(sys.argv[2]))
 """
 
 
-def play(tmp_path, exit_code=0, timeout=60):
+def play(tmp_path, exit_code=0, timeout=60, step_s=5):
+    """Run the job (``step_s``: seconds a step lasts) in the background and follow it every second."""
     (tmp_path / "job.py").write_text(JOB)
     progress = tmp_path / "env.progress.json"
     tasks = [
         {"name": "Start the build", "ansible.builtin.command": {"argv": [sys.executable, str(tmp_path / "job.py"),
-                                                                         str(progress), str(exit_code)]},
+                                                                         str(progress), str(exit_code), str(step_s)]},
          "async": 120, "poll": 0, "register": "launch"},
         {"name": "Follow", "block": [
             {"name": "Follow the build until it ends", "llmfleet.engines.engine_node_follow": {
@@ -85,7 +87,8 @@ def test_each_step_is_shown_while_the_build_runs_and_its_result_is_the_task_s(tm
 
 
 def test_a_failed_build_fails_the_task_with_the_job_s_result(tmp_path):
-    proc, _took = play(tmp_path, exit_code=3)
+    # only the end matters here: a short build (each second of it is a poll, two modules run on the node)
+    proc, _took = play(tmp_path, exit_code=3, step_s=0.5)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     failed = json.loads((tmp_path / "failed.json").read_text())
     assert failed["failed"] is True and failed["rc"] == 3 and failed["finished"] is True

@@ -94,11 +94,8 @@ def test_a_change_of_settings_that_does_not_serve_is_put_back(node):
     assert run.result["rolled_back"] and run.result["current"] == OLD, run.result
 
 
-def test_a_model_only_root_can_read_is_refused_before_anything_stops(node):
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
-    first = node.play()
-    assert first.rc == 0, first.explain()
+def test_a_model_only_root_can_read_is_refused_before_anything_stops(served):
+    node = served.node
     pid = node.main_pid(node.unit(node.models[0]))
     weights = node.base / "weights"
     weights.mkdir(mode=0o700)

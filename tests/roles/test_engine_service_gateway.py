@@ -63,9 +63,10 @@ class Client(threading.Thread):
 
 
 @pytest.fixture()
-def fleet(node, tmp_path):
-    """The node's model behind a gateway, with another server beside it; both stopped after the test."""
-    model = node.models[0]
+def fleet(served, tmp_path):
+    """The served node's model (conftest's Served: OLD serves it, NEW is on disk) behind a gateway, with another
+    server beside it; both stopped after the test."""
+    model = served.node.models[0]
     other = FakeVllm(models=(model["name"],), version="0.11.2").start()
     gateway = Gateway(tmp_path / "gateway", {"node": model["port"], "other": other.port}, model["name"])
     try:
@@ -81,15 +82,69 @@ def gateway_vars(gateway, model, **more):
                         "engine_gateway_state_file": str(gateway.dir / "servers.state")}, **more)}
 
 
-def test_an_upgrade_behind_the_gateway_is_drained_through_it_and_no_request_fails(node, fleet):
+@pytest.mark.parametrize("broken", ["socket", "server"])
+def test_a_gateway_that_cannot_drain_the_node_stops_nothing(served, fleet, broken, tmp_path):
+    node = served.node
     model, gateway, _other = fleet
     unit = node.unit(model)
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
-    first = node.play(gateways=gateway_vars(gateway, model))
-    assert first.rc == 0, first.explain()
+    pid = node.main_pid(unit)
+    gateways = gateway_vars(gateway, model)
+    lacking = None
+    if broken == "socket":
+        gateways["gw"]["engine_gateway_socket"] = str(gateway.dir / "nothing-here.sock")
+    else:
+        # a gateway that fronts the model without this node (its configuration was made before the node
+        # joined): its other server must not be drained either
+        lacking = Gateway(tmp_path / "gateway-lacking", {"other": _other.port}, model["name"])
+        gateways = gateway_vars(lacking, model)
+    try:
+        run = node.play(pending=NEW, current=OLD, gateways=gateways)
+    finally:
+        try:
+            lacking_states = lacking.statuses() if lacking else {}
+        finally:
+            if lacking:
+                lacking.stop()
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    error = run.result["error"] or ""
+    assert "draining the node on the gateways failed" in error and "nothing was stopped" in error, error
+    assert ("nothing-here.sock did not answer" in error) if broken == "socket" else (
+        "has no server llmfleet_%s/node" % model["name"] in error and "llmfleet_%s/other" % model["name"] in error), error
+    assert run.verbs(*STARTING) == [], run.calls
+    assert node.main_pid(unit) == pid and node.current() == OLD
+    assert gateway.statuses()["node"][0] != "DRAIN"
+    assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states
+
+
+def test_a_drain_an_interrupted_rollout_left_is_made_ready_by_the_next_run(served, fleet):
+    """The rollout was cut after its drain (saved to the state file and the gateway's record): the next run,
+    steady, makes the server ready after its gate; the other server, drained by hand, stays drained."""
+    node = served.node
+    model, gateway, _other = fleet
     gateway.wait_up("node", "other")
-    node.make_env(*NEW.split("-"))
+    name = "%s/node" % gateway.backend
+    mark = gateway.dir / "rollout-drained.json"
+    assert _haproxy.command(gateway.socket, "set server %s state drain" % name).strip() == ""
+    mark.write_text(json.dumps([name]))
+    _haproxy.save_state(gateway.socket, gateway.state_file)
+    assert _haproxy.command(gateway.socket, "set server %s/other state drain" % gateway.backend).strip() == ""
+
+    run = node.play(gateways=gateway_vars(gateway, model))
+    assert run.rc == 0 and run.result["mode"] == "steady", run.explain()
+    assert _haproxy.admin_states(gateway.socket)[name] == "ready"
+    assert _haproxy.admin_states(gateway.socket)["%s/other" % gateway.backend] == "drain"
+    assert json.loads(mark.read_text()) == []
+    gateway.wait_up("node")
+    # and it stays ready across a reload of the gateway (the state file was saved with it)
+    gateway.reload()
+    assert _haproxy.admin_states(gateway.socket)[name] == "ready"
+
+
+def test_an_upgrade_behind_the_gateway_is_drained_through_it_and_no_request_fails(served, fleet):
+    node = served.node
+    model, gateway, _other = fleet
+    unit = node.unit(model)
+    gateway.wait_up("node", "other")
 
     client = Client(gateway, model["name"], "node")
     client.start()
@@ -131,68 +186,3 @@ def test_an_upgrade_behind_the_gateway_is_drained_through_it_and_no_request_fail
     status, body = http_json(model["port"], "/version")
     assert status == 200 and body["version"] == "0.15.1"
     assert node.current() == NEW
-
-
-@pytest.mark.parametrize("broken", ["socket", "server"])
-def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken):
-    model, gateway, _other = fleet
-    unit = node.unit(model)
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
-    first = node.play()
-    assert first.rc == 0, first.explain()
-    pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
-    gateways = gateway_vars(gateway, model)
-    lacking = None
-    if broken == "socket":
-        gateways["gw"]["engine_gateway_socket"] = str(gateway.dir / "nothing-here.sock")
-    else:
-        # a gateway that fronts the model without this node (its configuration was made before the node
-        # joined): its other server must not be drained either
-        lacking = Gateway(node.tmp / "gateway-lacking", {"other": _other.port}, model["name"])
-        gateways = gateway_vars(lacking, model)
-    try:
-        run = node.play(pending=NEW, current=OLD, gateways=gateways)
-    finally:
-        try:
-            lacking_states = lacking.statuses() if lacking else {}
-        finally:
-            if lacking:
-                lacking.stop()
-    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
-    error = run.result["error"] or ""
-    assert "draining the node on the gateways failed" in error and "nothing was stopped" in error, error
-    assert ("nothing-here.sock did not answer" in error) if broken == "socket" else (
-        "has no server llmfleet_%s/node" % model["name"] in error and "llmfleet_%s/other" % model["name"] in error), error
-    assert run.verbs(*STARTING) == [], run.calls
-    assert node.main_pid(unit) == pid and node.current() == OLD
-    assert gateway.statuses()["node"][0] != "DRAIN"
-    assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states
-
-
-def test_a_drain_an_interrupted_rollout_left_is_made_ready_by_the_next_run(node, fleet):
-    """The rollout was cut after its drain (saved to the state file and the gateway's record): the next run,
-    steady, makes the server ready after its gate; the other server, drained by hand, stays drained."""
-    model, gateway, _other = fleet
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
-    first = node.play(gateways=gateway_vars(gateway, model))
-    assert first.rc == 0, first.explain()
-    gateway.wait_up("node", "other")
-    name = "%s/node" % gateway.backend
-    mark = gateway.dir / "rollout-drained.json"
-    assert _haproxy.command(gateway.socket, "set server %s state drain" % name).strip() == ""
-    mark.write_text(json.dumps([name]))
-    _haproxy.save_state(gateway.socket, gateway.state_file)
-    assert _haproxy.command(gateway.socket, "set server %s/other state drain" % gateway.backend).strip() == ""
-
-    run = node.play(gateways=gateway_vars(gateway, model))
-    assert run.rc == 0 and run.result["mode"] == "steady", run.explain()
-    assert _haproxy.admin_states(gateway.socket)[name] == "ready"
-    assert _haproxy.admin_states(gateway.socket)["%s/other" % gateway.backend] == "drain"
-    assert json.loads(mark.read_text()) == []
-    gateway.wait_up("node")
-    # and it stays ready across a reload of the gateway (the state file was saved with it)
-    gateway.reload()
-    assert _haproxy.admin_states(gateway.socket)[name] == "ready"

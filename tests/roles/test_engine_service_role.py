@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pathlib
 import pwd
+import secrets
 import socket
 import subprocess
+
+import pytest
 
 from tests.roles.conftest import http_json
 
@@ -28,13 +31,11 @@ def gate_calls(run, unit):
             and "ExecMainStartTimestampMonotonic" in call]
 
 
-def test_fresh_node_serves_and_a_second_run_changes_nothing(node):
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
+def test_fresh_node_serves_and_a_second_run_changes_nothing(served):
+    # served.first converged the node from nothing
+    node, run = served.node, served.first
     model = node.models[0]
     unit = node.unit(model)
-
-    run = node.play()
     assert run.rc == 0, run.explain()
     assert (node.unit_dir / unit).is_file()
     assert run.verbs("daemon-reload"), run.calls
@@ -58,15 +59,34 @@ def test_fresh_node_serves_and_a_second_run_changes_nothing(node):
     assert node.main_pid(unit) == pid
 
 
-def test_upgrade_drains_stops_switches_starts_gates_and_undrains(node):
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
+def test_a_port_held_by_another_program_and_a_missing_model_path_stop_nothing(served):
+    node = served.node
+    serving = node.models[0]
+    pid = node.main_pid(node.unit(serving))
+    other = node.model("b")
+    # a model path that is not on the node (the node's check, not the inventory's: the path is well formed)
+    missing = node.model("c", model="/srv/llmfleet-test-nowhere/model")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", other["port"]))
+        taken.listen()
+        # an upgrade would stop the serving unit: the preflight fails the host before that, naming both problems
+        run = node.play(models=[serving, other, missing], pending=NEW, current=OLD, extra_vars=node.hook_vars())
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    assert 'port %d of "%s" is in use by another program' % (other["port"], other["name"]) in run.output, \
+        run.explain()
+    assert 'model "/srv/llmfleet-test-nowhere/model" of "%s" does not exist on this node' % missing["name"] in run.output, \
+        run.explain()
+    assert "Nothing was stopped" in run.output
+    assert run.verbs("stop", "start", "restart", "kill") == [], run.calls
+    assert not [c for c in run.calls if c[0] == "fake-lb"], "the node was drained"
+    assert node.main_pid(node.unit(serving)) == pid and node.current() == OLD
+
+
+def test_upgrade_drains_stops_switches_starts_gates_and_undrains(served):
+    node = served.node
     model = node.models[0]
     unit = node.unit(model)
-    first = node.play()
-    assert first.rc == 0, first.explain()
     old_pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
 
     run = node.play(pending=NEW, current=OLD, extra_vars=node.hook_vars())
     assert run.rc == 0, run.explain()
@@ -117,46 +137,28 @@ def test_a_version_that_does_not_serve_is_rolled_back(node):
     assert node.envs() == [OLD, NEW], "nothing is pruned when the new version did not serve"
 
 
-def test_a_port_held_by_another_program_and_a_missing_model_path_stop_nothing(node):
-    node.make_env(*OLD.split("-"))
-    node.set_current(OLD)
-    serving = node.models[0]
-    first = node.play()
-    assert first.rc == 0, first.explain()
-    pid = node.main_pid(node.unit(serving))
-    node.make_env(*NEW.split("-"))
-    other = node.model("b")
-    # a model path that is not on the node (the node's check, not the inventory's: the path is well formed)
-    missing = node.model("c", model="/srv/llmfleet-test-nowhere/model")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", other["port"]))
-        taken.listen()
-        # an upgrade would stop the serving unit: the preflight fails the host before that, naming both problems
-        run = node.play(models=[serving, other, missing], pending=NEW, current=OLD, extra_vars=node.hook_vars())
-    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
-    assert 'port %d of "%s" is in use by another program' % (other["port"], other["name"]) in run.output, \
-        run.explain()
-    assert 'model "/srv/llmfleet-test-nowhere/model" of "%s" does not exist on this node' % missing["name"] in run.output, \
-        run.explain()
-    assert "Nothing was stopped" in run.output
-    assert run.verbs("stop", "start", "restart", "kill") == [], run.calls
-    assert not [c for c in run.calls if c[0] == "fake-lb"], "the node was drained"
-    assert node.main_pid(node.unit(serving)) == pid and node.current() == OLD
+@pytest.fixture
+def site_user():
+    """A system user the site made, with a home and shell of its own (name, home, shell); removed after the
+    test's node stopped its processes. Not the session's service user: the shared node (conftest's Served)
+    runs its engine as that one, and usermod refuses to change a user whose processes run."""
+    name = "llmfleet-s%s" % secrets.token_hex(3)
+    home, shell = "/var/lib/llmfleet-site-home-%s" % name, "/bin/false"
+    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", home, "--shell", shell, name],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        yield name, home, shell
+    finally:
+        subprocess.run(["userdel", name], check=True, capture_output=True, timeout=60)
+        if subprocess.run(["getent", "group", name], capture_output=True, check=False).returncode == 0:
+            subprocess.run(["groupdel", name], check=True, capture_output=True, timeout=60)
 
 
-def test_a_service_user_the_site_made_is_left_as_it_is(node):
+def test_a_service_user_the_site_made_is_left_as_it_is(site_user, node):
     """A service user that exists (an account the site provisioned, or one an earlier run made for
     another engine_service_root) keeps its home and shell: the role makes a missing user only (usermod
     would also refuse to move the home of a user whose engine runs)."""
-    home, shell = "/var/lib/llmfleet-site-home-%s" % node.tag, "/bin/false"
-    try:
-        pwd.getpwnam(node.user)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", home, "--shell", shell, node.user],
-                       check=True, capture_output=True, timeout=60)
-    else:
-        subprocess.run(["usermod", "--home", home, "--shell", shell, node.user], check=True, capture_output=True,
-                       timeout=60)
+    node.user, home, shell = site_user
     node.make_env(*OLD.split("-"))
     node.set_current(OLD)
 

@@ -93,33 +93,10 @@ def serve_old(node, **env_kw):
     return node.models[0], node.unit(node.models[0])
 
 
-def test_a_failed_undrain_keeps_the_new_version_serving_and_the_old_environment(node):
-    model, unit = serve_old(node)
-    first = node.play()
-    assert first.rc == 0, first.explain()
-    node.make_env(*NEW.split("-"))
-
-    # engine_node_keep 0: a prune would remove OLD; it must wait until the node is back in rotation
-    run = node.play(pending=NEW, current=OLD, extra_vars=dict(hooks(undrain="undrain_fail.yml"), engine_node_keep=0))
-    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
-    error = run.result["error"] or ""
-    assert "%s serves, but putting the node back in service failed" % NEW in error, error
-    assert "still drained" in error and "Nothing was rolled back" in error, error
-    assert start_of(run, unit) < run.index(lambda c: c[:2] == ["fake-lb", "fail"]), run.calls
-    assert node.marker(unit) == "drained"
-    assert node.current() == NEW
-    assert run.result["current"] == NEW and not run.result["rolled_back"], run.result
-    assert node.show(unit, "ActiveState")["ActiveState"] == "active"
-    assert served_version(model["port"]) == "0.15.1"
-    assert node.envs() == [OLD, NEW], "the previous environment was pruned while the node is still drained"
-
-
-def test_a_failed_drain_stops_nothing(node):
-    model, unit = serve_old(node)
-    first = node.play()
-    assert first.rc == 0, first.explain()
+def test_a_failed_drain_stops_nothing(served):
+    node, model = served.node, served.node.models[0]
+    unit = node.unit(model)
     pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
 
     run = node.play(pending=NEW, current=OLD, extra_vars=hooks(drain="drain_fail.yml"))
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
@@ -136,14 +113,12 @@ def test_a_failed_drain_stops_nothing(node):
     assert node.envs() == [OLD, NEW]
 
 
-def test_a_failed_drain_without_undrain_tasks_leaves_current_where_it_was(node):
+def test_a_failed_drain_without_undrain_tasks_leaves_current_where_it_was(served):
     # the prune after a rollout points current at the pending environment: it must not run when the
     # drain failed and nothing was stopped (it did when no undrain tasks were given)
-    model, unit = serve_old(node)
-    first = node.play()
-    assert first.rc == 0, first.explain()
+    node, model = served.node, served.node.models[0]
+    unit = node.unit(model)
     pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
 
     run = node.play(pending=NEW, current=OLD, extra_vars={"engine_service_drain_tasks": str(FILES / "drain_fail.yml")})
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
@@ -153,12 +128,10 @@ def test_a_failed_drain_without_undrain_tasks_leaves_current_where_it_was(node):
     assert node.current() == OLD and node.envs() == [OLD, NEW]
 
 
-def test_a_drain_that_fails_after_taking_the_node_out_puts_it_back(node):
-    model, unit = serve_old(node)
-    first = node.play()
-    assert first.rc == 0, first.explain()
+def test_a_drain_that_fails_after_taking_the_node_out_puts_it_back(served):
+    node = served.node
+    unit = node.unit(node.models[0])
     pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
 
     run = node.play(pending=NEW, current=OLD, extra_vars=hooks(drain="drain_half.yml"))
     assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
@@ -211,14 +184,12 @@ def test_a_model_taken_out_is_drained_stopped_and_removed_and_the_others_keep_se
     assert empty.result["removed"] == [kept_unit], empty.result
 
 
-def test_a_run_fails_naming_the_lock_holder_and_takes_over_a_stale_lock(node):
-    model, unit = serve_old(node)
+def test_a_run_fails_naming_the_lock_holder_and_takes_over_a_stale_lock(served):
+    node, model = served.node, served.node.models[0]
+    unit = node.unit(model)
     lock = engines.engines_dir(node.root) / ".engine_service.lock"
-    first = node.play()
-    assert first.rc == 0, first.explain()
-    assert not lock.exists(), "the first run left its lock"
+    assert served.first.rc == 0 and not lock.exists(), "the first run left its lock"
     pid = node.main_pid(unit)
-    node.make_env(*NEW.split("-"))
     # another run holds the lock, as lock.yml leaves it
     lock.mkdir(mode=0o700)
     holder = lock / "holder"
@@ -253,6 +224,25 @@ def test_a_run_fails_naming_the_lock_holder_and_takes_over_a_stale_lock(node):
     assert back.rc == 0, back.explain()
     assert [w for w in back.result["warnings"] if "took over the rollout lock" in w], back.result
     assert node.current() == OLD and not lock.exists()
+
+
+def test_a_failed_undrain_keeps_the_new_version_serving_and_the_old_environment(served):
+    node, model = served.node, served.node.models[0]
+    unit = node.unit(model)
+
+    # engine_node_keep 0: a prune would remove OLD; it must wait until the node is back in rotation
+    run = node.play(pending=NEW, current=OLD, extra_vars=dict(hooks(undrain="undrain_fail.yml"), engine_node_keep=0))
+    assert run.rc != 0 and run.failures == {"node": 1}, run.explain()
+    error = run.result["error"] or ""
+    assert "%s serves, but putting the node back in service failed" % NEW in error, error
+    assert "still drained" in error and "Nothing was rolled back" in error, error
+    assert start_of(run, unit) < run.index(lambda c: c[:2] == ["fake-lb", "fail"]), run.calls
+    assert node.marker(unit) == "drained"
+    assert node.current() == NEW
+    assert run.result["current"] == NEW and not run.result["rolled_back"], run.result
+    assert node.show(unit, "ActiveState")["ActiveState"] == "active"
+    assert served_version(model["port"]) == "0.15.1"
+    assert node.envs() == [OLD, NEW], "the previous environment was pruned while the node is still drained"
 
 
 def test_a_change_that_failed_is_noted_and_not_tried_again_unless_asked(node):

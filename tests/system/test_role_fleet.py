@@ -561,6 +561,32 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert fleet.current("h100") == "0.11.2-cu129"
     assert fleet.envs("h100") == ["0.11.2-cu129", "0.20.0-cu13"]
 
+    # --- a driver that breaks after the probe: the node fails and keeps current -------------------
+    # gpu_probe saw the driver when the role planned the install; by the GPU check it no longer
+    # answers (the fake's h100-580-breaks case: its first two calls, gpu_probe's, answer as h100-580,
+    # the later ones fail as not-responding does). The role passes gpu_check: required, so the node
+    # fails with what nvidia-smi said, instead of switching in an environment whose GPU check was
+    # skipped as if the node had no GPU. (On this converged node rather than a fresh one: the same
+    # change of version, without a fleet converged for it alone.)
+    fleet.set_case("h100", "h100-580-breaks")
+    fleet.set_host("h100", engine_node_version="0.15.1")
+    run = fleet.play("site.yml", "--limit", "h100")
+    assert run.rc != 0, run
+    assert run.recap()["h100"]["failed"] == 1, run
+    failed = re.search(r"^fatal: \[h100\]: FAILED! => (\{.*?^\})$", run.out.split("Tell what this node runs")[-1],
+                       re.M | re.S)
+    assert failed, run
+    message = json.loads(failed.group(1))["msg"]
+    assert "is not switched in: gpu_check is required" in message, message
+    assert "couldn't communicate with the NVIDIA driver" in message, message
+    # gpu_probe's two calls, then the GPU check's first
+    calls = (tmp_path / "bin" / "nvidia-smi-h100.calls").read_text().splitlines()
+    assert len(calls) == 3, calls
+    # current is where it was; the refused environment is gone, partial and all
+    assert fleet.current("h100") == "0.11.2-cu129"
+    assert fleet.envs("h100") == ["0.11.2-cu129", "0.20.0-cu13"]
+    assert [p.name for p in (fleet.roots["h100"] / "engines" / "vllm").iterdir() if p.name.endswith(".partial")] == []
+
 
 def test_bad_value_fails_clearly_and_explicit_build_is_not_switched(upstream, uv_index, tmp_path):
     nodes = {
@@ -657,37 +683,6 @@ def test_layout_takes_back_the_old_cache_and_refuses_an_open_parent(tmp_path):
         assert words in message and message.endswith("Nothing was installed."), message
     assert not (tmp_path / "open" / "root").exists()
     assert not (tmp_path / "theirs" / "root" / "cache").exists()
-
-
-def test_a_driver_that_breaks_after_the_probe_fails_the_node_and_keeps_current(upstream, uv_index, tmp_path):
-    """gpu_probe saw the driver when the role planned the install; by the GPU check it no longer
-    answers (the fake's h100-580-breaks case: its first two calls, gpu_probe's, answer as h100-580,
-    the later ones fail as not-responding does). The role passes gpu_check: required, so the node
-    fails with what nvidia-smi said, instead of switching in an environment whose GPU check was
-    skipped as if the node had no GPU."""
-    fleet = Fleet(tmp_path, upstream, uv_index, {"h100": NODES["h100"]})
-    run = fleet.play("site.yml")
-    assert run.rc == 0, run
-    assert fleet.current("h100") == "0.20.0-cu13"
-
-    fleet.set_case("h100", "h100-580-breaks")
-    fleet.set_host("h100", engine_node_version="0.15.1")
-    run = fleet.play("site.yml")
-    assert run.rc != 0, run
-    assert run.recap()["h100"]["failed"] == 1, run
-    failed = re.search(r"^fatal: \[h100\]: FAILED! => (\{.*?^\})$", run.out.split("Tell what this node runs")[-1],
-                       re.M | re.S)
-    assert failed, run
-    message = json.loads(failed.group(1))["msg"]
-    assert "is not switched in: gpu_check is required" in message, message
-    assert "couldn't communicate with the NVIDIA driver" in message, message
-    # gpu_probe's two calls, then the GPU check's first
-    calls = (tmp_path / "bin" / "nvidia-smi-h100.calls").read_text().splitlines()
-    assert len(calls) == 3, calls
-    # current is where it was; the refused environment is gone, partial and all
-    assert fleet.current("h100") == "0.20.0-cu13"
-    assert fleet.envs("h100") == ["0.20.0-cu13"]
-    assert [p.name for p in (fleet.roots["h100"] / "engines" / "vllm").iterdir() if p.name.endswith(".partial")] == []
 
 
 def test_engine_build_records_one_node_and_report_matches(upstream, uv_index, tmp_path):

@@ -142,6 +142,7 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
     first = node.play()
     assert first.rc == 0, first.explain()
     pid = node.main_pid(unit)
+    unit_text = (node.unit_dir / unit).read_text()
     node.make_env(*NEW.split("-"))
     gateways = gateway_vars(gateway, model)
     lacking = None
@@ -167,6 +168,8 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(node, fleet, broken)
         "has no server llmfleet_%s/node" % model["name"] in error and "llmfleet_%s/other" % model["name"] in error), error
     assert run.verbs(*STARTING) == [], run.calls
     assert node.main_pid(unit) == pid and node.current() == OLD
+    # nor rewritten (a check the serve scenario made under real systemd, now made here)
+    assert (node.unit_dir / unit).read_text() == unit_text
     assert gateway.statuses()["node"][0] != "DRAIN"
     assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states
 

@@ -331,7 +331,7 @@ class Node:
                 "__engine_node_was": current or "", "__engine_node_on_disk": engines.on_disk(self.root)}
 
     def play(self, models=None, extra_vars=None, check=False, pending=None, current=None, timeout=300,
-             playbook=None, gateways=None) -> Run:
+             playbook=None, gateways=None, diff=False) -> Run:
         """Run the engine_service role on this node; see Run.
 
         ``models``: engine_service_models (default ``self.models``). ``extra_vars``: more variables
@@ -340,7 +340,8 @@ class Node:
         engine_node_result (``pending`` a proven environment to roll out); neither: no
         engine_node_result, the role reads the ``current`` link itself. ``playbook``: run this playbook
         (e.g. the collection's playbooks/report.yml) against the node instead of the role. ``gateways``:
-        ``{name: variables}`` of hosts (local connections) in the group llmfleet_engine_gateway."""
+        ``{name: variables}`` of hosts (local connections) in the group llmfleet_engine_gateway.
+        ``diff``: --diff."""
         self.runs += 1
         folder = self.tmp / ("run-%02d" % self.runs)
         folder.mkdir(parents=True)
@@ -398,7 +399,7 @@ class Node:
             "LLMFLEET_ROLE_RECORD": str(record_path),
         })
         cmd = [str(ANSIBLE_PLAYBOOK), "-i", str(folder / "inventory.json"), str(site),
-               "-e", "@%s" % (folder / "extra.json")] + (["--check"] if check else [])
+               "-e", "@%s" % (folder / "extra.json")] + (["--check"] if check else []) + (["--diff"] if diff else [])
         proc = subprocess.run(cmd, env=env, cwd=str(folder), capture_output=True, text=True, timeout=timeout,
                               check=False)
         output = proc.stdout + proc.stderr

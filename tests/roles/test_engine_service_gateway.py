@@ -88,6 +88,7 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(served, fleet, broke
     model, gateway, _other = fleet
     unit = node.unit(model)
     pid = node.main_pid(unit)
+    unit_text = (node.unit_dir / unit).read_text()
     gateways = gateway_vars(gateway, model)
     lacking = None
     if broken == "socket":
@@ -112,6 +113,8 @@ def test_a_gateway_that_cannot_drain_the_node_stops_nothing(served, fleet, broke
         "has no server llmfleet_%s/node" % model["name"] in error and "llmfleet_%s/other" % model["name"] in error), error
     assert run.verbs(*STARTING) == [], run.calls
     assert node.main_pid(unit) == pid and node.current() == OLD
+    # nor rewritten (a check the serve scenario made under real systemd, now made here)
+    assert (node.unit_dir / unit).read_text() == unit_text
     assert gateway.statuses()["node"][0] != "DRAIN"
     assert all(not status.startswith("DRAIN") for status, _sessions in lacking_states.values()), lacking_states
 

@@ -88,6 +88,20 @@ def test_upgrade_drains_stops_switches_starts_gates_and_undrains(served):
     unit = node.unit(model)
     old_pid = node.main_pid(unit)
 
+    # check mode with the diff first: it says what would restart and shows the unit to be, and
+    # touches neither the service, current, nor the drain hooks (moved here from the serve scenario)
+    unit_text = (node.unit_dir / unit).read_text()
+    check = node.play(pending=NEW, current=OLD, extra_vars=node.hook_vars(), check=True, diff=True)
+    assert check.rc == 0, check.explain()
+    assert "node: would drain, stop %s, switch current from %s to %s" % (unit, OLD, NEW) in check.output, \
+        check.output
+    assert "+Description=vLLM serving %s (%s), managed by llmfleet.engines" % (model["name"], NEW) in check.output, \
+        check.output
+    assert check.verbs(*STARTING) == [] and check.verbs("daemon-reload") == [], check.calls
+    assert not [c for c in check.calls if c[0] == "fake-lb"], check.calls
+    assert node.main_pid(unit) == old_pid and node.current() == OLD
+    assert (node.unit_dir / unit).read_text() == unit_text
+
     run = node.play(pending=NEW, current=OLD, extra_vars=node.hook_vars())
     assert run.rc == 0, run.explain()
     drain = run.index(lambda c: c[:2] == ["fake-lb", "drain"])

@@ -176,7 +176,9 @@ def test_each_download_still_going_is_shown_every_interval_and_the_follow_ends_w
     assert moving and all(m["files"] == "model.safetensors" and m["total"] == "10.0" and m["m"] == "1"
                           for m in moving), lines
     assert [float(m["done"]) for m in moving] == sorted(float(m["done"]) for m in moving)
-    assert float(moving[0]["done"]) >= 4.0 and float(moving[0]["rate"]) > 0
+    # the latest line counts the MiB already written (a loaded machine may show the first line before the first
+    # chunk lands: 0.0 then, which the order check above allows)
+    assert float(moving[-1]["done"]) >= 4.0 and float(moving[-1]["rate"]) > 0, lines
     assert [int(m["s"]) for m in code_lines] == sorted(int(m["s"]) for m in code_lines)
     # once the module removed its progress file, the download is finishing, not starting again
     assert code_lines[-1]["word"] == "finishing", lines

@@ -16,7 +16,8 @@ if [ -n "$bad" ]; then
 fi
 # The guides and the generated role pages ship with the collection (docs/dev, the test tooling's, does not).
 for must in README.md MANIFEST.json FILES.json meta/runtime.yml docs/*.md docs/roles/*.md; do
-  printf '%s\n' "$listing" | grep -qx "$must" || { echo "ERROR: $must missing from $tarball"; exit 1; }
+  # a here-string, not a pipe: grep -q stops at its first match, and printf, cut off, would fail the pipeline
+  grep -qx "$must" <<<"$listing" || { echo "ERROR: $must missing from $tarball"; exit 1; }
 done
 ANSIBLE_COLLECTIONS_PATH=$repo/build/install ansible-galaxy collection install "$tarball" -p "$repo/build/install" --force >/dev/null
 count=0

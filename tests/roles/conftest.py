@@ -491,27 +491,44 @@ def node(tmp_path, service_user):
 OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
 
 
-def _tree(top: pathlib.Path) -> dict:
-    """{path: (type, uid, gid, mode, sha256 of a file or target of a link)} of everything below ``top``. Of a
-    unit's gate record (``<unit>.gate.json``), which every run that gates rewrites with its own stage, figures
-    and time (a record of the run, not a setting), what it says of the unit: its environment and readiness."""
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def stat_inventory(*tops, leave_out=None, content=file_sha256) -> dict:
+    """{path: (type, uid, gid, mode, ``content(path)`` of a file or the target of a link)} of everything below
+    each of ``tops`` (None for a top that does not exist); ``leave_out(folder, name)`` names the entries left
+    out. The role tests compare two such inventories to say that nothing in a tree changed."""
     out = {}
-    for folder, dirs, files in os.walk(str(top)):
-        for name in [""] + sorted(dirs) + sorted(files):
-            path = os.path.join(folder, name) if name else folder
-            info = os.lstat(path)
-            extra = None
-            if stat.S_ISREG(info.st_mode) and name.endswith(".gate.json"):
-                with open(path, encoding="utf-8") as handle:
-                    record = json.load(handle)
-                extra = [record.get(key) for key in ("unit", "environment", "ready")]
-            elif stat.S_ISREG(info.st_mode):
-                with open(path, "rb") as handle:
-                    extra = hashlib.sha256(handle.read()).hexdigest()
-            elif stat.S_ISLNK(info.st_mode):
-                extra = os.readlink(path)
-            out[path] = (stat.S_IFMT(info.st_mode), info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), extra)
+    for top in map(str, tops):
+        if not os.path.lexists(top):
+            out[top] = None
+            continue
+        for folder, dirs, files in os.walk(top):
+            for name in [""] + sorted(dirs) + sorted(files):
+                if name and leave_out is not None and leave_out(folder, name):
+                    continue
+                path = os.path.join(folder, name) if name else folder
+                info = os.lstat(path)
+                extra = None
+                if stat.S_ISREG(info.st_mode):
+                    extra = content(path)
+                elif stat.S_ISLNK(info.st_mode):
+                    extra = os.readlink(path)
+                out[path] = (stat.S_IFMT(info.st_mode), info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode), extra)
     return out
+
+
+def _setting(path: str):
+    """What a file of the served node holds, for its fingerprint. Of a unit's gate record (``<unit>.gate.json``),
+    which every run that gates rewrites with its own stage, figures and time (a record of the run, not a
+    setting), what it says of the unit: its environment and readiness."""
+    if not path.endswith(".gate.json"):
+        return file_sha256(path)
+    with open(path, encoding="utf-8") as handle:
+        record = json.load(handle)
+    return [record.get(key) for key in ("unit", "environment", "ready")]
 
 
 class Served:
@@ -520,7 +537,7 @@ class Served:
     per test. ``first`` is the converging run, ``builds`` how many converges this session made.
 
     A test gets it only as it was left by the converge: before each test its fingerprint (every file
-    under the node's root, units and secrets (see _tree), where ``current`` points, and each unit's main
+    under the node's root, units and secrets (see _setting), where ``current`` points, and each unit's main
     process, state and restarts) is compared with the one taken after the converge, and a node that differs in anything
     (a test changed it, or failed half-way) is closed and converged again; only empty directories that a
     refused rollout made are removed first (see _drop_new_empty_directories). So no test sees what another
@@ -537,8 +554,8 @@ class Served:
         """What the node is now, as far as a test that starts from it can tell."""
         node = self.node
         units = sorted(path.name for path in node.unit_dir.glob(UNIT_PREFIX + "*.service"))
-        return {"current": node.current(), "files": {**_tree(node.root), **_tree(node.unit_dir),
-                                                     **(_tree(node.secrets_dir) if node.secrets_dir.exists() else {})},
+        return {"current": node.current(),
+                "files": stat_inventory(node.root, node.unit_dir, node.secrets_dir, content=_setting),
                 "units": {unit: node.show(unit, "MainPID", "ActiveState", "SubState", "NRestarts",
                                           "NeedDaemonReload") for unit in units}}
 
@@ -558,7 +575,7 @@ class Served:
         makes the next environment's cache directories before its drain, so a run refused at the drain
         leaves them behind. Anything else a test left stays, and makes the fingerprints differ."""
         known = self.at_converge["files"]
-        for folder in sorted(_tree(self.node.root), key=len, reverse=True):
+        for folder in sorted(stat_inventory(self.node.root), key=len, reverse=True):
             if folder not in known and os.path.isdir(folder) and not os.path.islink(folder) \
                     and not os.listdir(folder):
                 os.rmdir(folder)

@@ -10,40 +10,22 @@ refused, or converge.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import subprocess
 
 from tests.roles import engines
+from tests.roles.conftest import stat_inventory
 
 OLD, NEW = "0.11.2-cu129", "0.15.1-cu129"
 
 
 def inventory(*tops):
-    """{path: (type, uid, gid, mode, sha256 of a file / target of a link)} below each of ``tops``; the
-    role's own records beside the environments (``<root>/engines/vllm/*.json``: gate figures, a
-    failed rollout's note), which a refused run writes as any failed run does, are left out."""
-    out = {}
-    for top in tops:
-        top = str(top)
-        if not os.path.lexists(top):
-            out[top] = None
-            continue
-        for folder, dirs, files in os.walk(top):
-            for name in [""] + sorted(dirs) + sorted(files):
-                path = os.path.join(folder, name) if name else folder
-                if name.endswith(".json") and folder.endswith("/engines/vllm"):
-                    continue
-                st = os.lstat(path)
-                extra = None
-                if stat.S_ISREG(st.st_mode):
-                    with open(path, "rb") as handle:
-                        extra = hashlib.sha256(handle.read()).hexdigest()
-                elif stat.S_ISLNK(st.st_mode):
-                    extra = os.readlink(path)
-                out[path] = (stat.S_IFMT(st.st_mode), st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), extra)
-    return out
+    """The stat inventory (conftest.stat_inventory) of ``tops``; the role's own records beside the environments
+    (``<root>/engines/vllm/*.json``: gate figures, a failed rollout's note), which a refused run writes as any
+    failed run does, are left out."""
+    return stat_inventory(*tops, leave_out=lambda folder, name: name.endswith(".json")
+                          and folder.endswith("/engines/vllm"))
 
 
 def root_owned(node):

@@ -34,7 +34,17 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import LINK, decide, environment_names
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import (
+    engine_node_checked_variables,
+    engine_node_problems,
+)
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
+    LINK,
+    decide,
+    engine_node_result,
+    engine_node_stats,
+    environment_names,
+)
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
     engine_service_checked_variables,
@@ -356,6 +366,19 @@ class ActionModule(ActionBase):
         # an "ok", its line shown with -v (as engine_node_plan's for a node with nothing to do)
         return result
 
+    def _node_problems(self, task_vars):
+        """What engine_node_plan's check finds wrong with this host's engine_node variables (the look before the plan
+        stands for the plan on a settled node, which takes no further task): engine_node's argument spec, the role
+        beside this one. Nothing where the play does not hold engine_node's variables (its look_node entry point run
+        without engine_node: the plan, wherever it runs, checks them)."""
+        role = getattr(self._task, "_role", None)
+        if role is None or "engine_node_version" not in task_vars:  # set by engine_node's defaults
+            return []
+        options = role_options(os.path.join(os.path.dirname(role._role_path), "engine_node"))
+        names = engine_node_checked_variables(options)
+        return engine_node_problems(options, {name: self._templar.template(task_vars[name]) for name in names
+                                              if name in task_vars})
+
     def _before_plan(self, result, host, args, node, reasons, task_vars, values):
         """The look before engine_node's plan (``node``: the plan's options): the node is read for the plan in
         the same module call (``probe``, which site.yml hands the plan), the units are compared with what the
@@ -368,6 +391,14 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
                                            " version, build, package and root, not %r" % (host, node))
             return result
+        if boolean(self._task.args.get("validate", False), strict=False):
+            problems = self._node_problems(task_vars)
+            if problems:
+                # engine_node_plan's words: a settled node takes no plan task to say them
+                result.update(failed=True, msg=(
+                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
+                    % (host, "; ".join(problems), host)))
+                return result
         version, build = str(node["version"]), str(node.get("build") or "auto")
         package, root = str(node.get("package") or "vllm"), str(node["root"])
         nvidia_smi = str(node.get("nvidia_smi") or "")
@@ -411,7 +442,7 @@ class ActionModule(ActionBase):
         if survey is None:
             return result
         probe = survey.pop("probe", None)
-        render = None
+        render, decision = None, None
         if probe is not None:
             result["probe"] = dict(probe, read_with={"link": link, "nvidia_smi": nvidia_smi or None})
             try:
@@ -433,4 +464,13 @@ class ActionModule(ActionBase):
                     reasons.append("a model is placed on GPUs, which the role reads with engine_service_nvidia_smi"
                                    " (%s), not engine_node_nvidia_smi (%s)"
                                    % (service_smi or "the one on PATH", nvidia_smi or "the one on PATH"))
-        return self._verdict(result, host, args, module_args, survey, reasons, render)
+        result = self._verdict(result, host, args, module_args, survey, reasons, render)
+        if result.get("settled") and decision is not None:
+            # the plan's summary of a node whose engine stays (site.yml ends a settled node before the plan task)
+            summed = engine_node_result(host, decision["__engine_node_plan"], build, "unchanged",
+                                        decision["__engine_node_want"], decision["__engine_node_was"],
+                                        decision["__engine_node_dir"], switch=node.get("switch", True),
+                                        check_mode=self._play_context.check_mode)
+            result["engine_node"] = summed
+            result["ansible_stats"]["data"]["engine_node"] = engine_node_stats(summed)
+        return result

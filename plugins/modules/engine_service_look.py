@@ -64,13 +64,16 @@ options:
         Look before C(llmfleet.engines.engine_node)'s plan, and read the node for it (see the description):
         that plan's options on this host, C(version), C(build), C(package), C(root) and C(nvidia_smi)
         (C(engine_node_version), C(engine_node_build), C(engine_node_package), C(engine_node_root),
-        C(engine_node_nvidia_smi); empty - the one on the node's C(PATH)).
+        C(engine_node_nvidia_smi); empty - the one on the node's C(PATH)), and C(switch) (C(engine_node_switch)),
+        for the plan's summary of a settled node (RV(engine_node)).
     type: dict
   validate:
     description:
       - Check the role's variables first (P(llmfleet.engines.engine_service_variable_problems#filter)), those
         P(llmfleet.engines.engine_service_checked_variables#filter) names from the role's argument spec, as the
-        role's C(validate.yml) does. Only from the role (its C(look) and C(look_node) entry points).
+        role's C(validate.yml) does. Only from the role (its C(look) and C(look_node) entry points). With O(node),
+        C(llmfleet.engines.engine_node)'s variables too, as its plan checks them (a settled node takes no plan task
+        in C(playbooks/site.yml)).
     type: bool
     default: false
   models:
@@ -190,6 +193,7 @@ EXAMPLES = r"""
       package: "{{ engine_node_package }}"
       root: "{{ engine_node_root }}"
       nvidia_smi: "{{ engine_node_nvidia_smi }}"
+      switch: "{{ engine_node_switch }}"
     validate: true
   register: engine_service_result
 
@@ -237,6 +241,13 @@ probe:
       C(link)), and C(read_with) (the link and C(nvidia-smi) it was read with); C(playbooks/site.yml) hands it to the
       plan as C(engine_node_probe).
   returned: with O(node), when the node was read
+  type: dict
+engine_node:
+  description:
+    - With O(node), on a settled node, what C(llmfleet.engines.engine_node)'s plan would register as
+      C(engine_node_result) for it (its engine stays); C(playbooks/site.yml) ends a settled node before the plan task
+      and takes this for it. The play's stats hold it under C(engine_node), as the plan's do.
+  returned: with O(node), when the node is settled
   type: dict
 survey:
   description: What M(llmfleet.engines.engine_service_survey) returned.

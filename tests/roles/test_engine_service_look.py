@@ -59,7 +59,7 @@ def site(tmp_path, node):
              or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t or "llmfleet.engines.haproxy_info" in t]
     assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
             or ("haproxy_info" if "llmfleet.engines.haproxy_info" in t else "group_by") for t in steps] == [
-        "haproxy_info", "look_node", "plan", "end_host", "end_host", "systemd", "stage", "group_by"], steps
+        "haproxy_info", "look_node", "end_host", "plan", "end_host", "systemd", "stage", "group_by"], steps
     assert steps[0]["run_once"] is True, steps[0]
     # the look is imported, its defaults the role's own (public: false), the other steps included
     assert steps[1]["ansible.builtin.import_role"]["public"] is False, steps[1]
@@ -77,12 +77,6 @@ def site(tmp_path, node):
 def looks(run):
     """The looks that ran on the node: one, before the plan (nothing is deferred)."""
     return [t["result"] for t in run.task(LOOK) if t["host"] == "node" and t["status"] != "skipped"]
-
-
-def plan(run):
-    """engine_node's plan's result on the node."""
-    (task,) = [t for t in run.task(PLAN) if t["host"] == "node"]
-    return task["result"]
 
 
 def looked(run):
@@ -109,11 +103,13 @@ def settled_run(node, playbook, models, extra):
     # the lock kept on the controller (engine_service_model_lock_dir) pins the model: one look, no pinning step
     assert len(looks(run)) == 1 and look["pins_needed"] is False and pinned_by_the_hub(run) == (0, 0), run.explain()
     assert look["deferred"] is False, look
-    # the look read the node for the plan: the plan decided from that read, reading nothing itself
+    # the look read the node for the plan and made the plan's decision on that read: the settled node ended before
+    # the plan task, the look's summary of it standing for the plan's (its result and the play's stats)
     assert look["probe"]["read_with"] == {"link": str(node.root / "engines" / "vllm" / "current"),
                                           "nvidia_smi": None}, look["probe"]
-    assert (plan(run)["action"], plan(run)["current"]) == ("unchanged", ENV), plan(run)
-    assert plan(run)["plan"]["__engine_node_facts"]["link"] == look["probe"]["link"], plan(run)
+    assert [t for t in run.task(PLAN) if t["host"] == "node"] == [], run.explain()
+    assert (look["engine_node"]["action"], look["engine_node"]["current"]) == ("unchanged", ENV), look
+    assert run.record["custom_stats"]["engine_node"]["node"]["current"] == ENV, run.record.get("custom_stats")
     return run, look
 
 
@@ -375,7 +371,7 @@ def test_a_model_on_gpus_is_looked_at_once_with_the_gpus_that_look_read(node, tm
     (look,) = looks(run)
     assert look["settled"] is True and look["deferred"] is False and full_way(run) == 0, (look, run.explain())
     assert look["probe"]["read_with"]["nvidia_smi"] == smi and len(look["probe"]["gpus"]) == 8, look["probe"]
-    assert plan(run)["action"] == "unchanged", plan(run)
+    assert look["engine_node"]["action"] == "unchanged" and run.task(PLAN) == [], (look, run.explain())
 
     # the unit as it would be on another GPU: its file differs only in the GPUs it names
     text = (node.unit_dir / unit).read_text()

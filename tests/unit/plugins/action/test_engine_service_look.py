@@ -13,6 +13,7 @@ import pathlib
 from unittest import mock
 
 import pytest
+import yaml
 
 from ansible.module_utils import _internal
 
@@ -570,7 +571,12 @@ def test_the_look_reads_each_variable_the_roles_expression_names():
 # -- before engine_node's plan (look_node.yml): the node read for the plan in the same module call --------------
 
 try:
-    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import environment_names
+    from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
+        decide,
+        engine_node_result,
+        engine_node_stats,
+        environment_names,
+    )
 finally:
     _internal.is_controller = _before
 
@@ -590,9 +596,16 @@ def node_vars(tmp_path, **over):
     return dict(role_vars(engine_service_model_lock_dir=keep_locks(tmp_path), engine_service_nvidia_smi=""), **over)
 
 
+def engine_node_defaults(**over):
+    """engine_node's defaults (site.yml's play holds them beside engine_service's), ``over`` on top."""
+    defaults = yaml.safe_load((ROLE.parent / "engine_node" / "defaults" / "main.yml").read_text())
+    return dict(defaults, **over)
+
+
 def test_before_the_plan_a_settled_node_is_one_module_call_that_reads_the_node_for_the_plan(tmp_path):
     answer = settled_survey(UNITS, probe=probe_at(ENV))
-    res, calls = _run({"node": NODE, "validate": True}, answer, task_vars=node_vars(tmp_path))
+    res, calls = _run({"node": NODE, "validate": True}, answer,
+                      task_vars=node_vars(tmp_path, **engine_node_defaults(engine_node_version="0.20.0")))
     assert res["settled"] is True and res["deferred"] is False and not res.get("failed"), res
     assert res["asked_node"] is True
     ((name, sent),) = calls
@@ -613,9 +626,28 @@ def test_before_the_plan_a_settled_node_is_one_module_call_that_reads_the_node_f
     assert res["ansible_stats"]["data"]["engine_service"]["n1"]["current"] == ENV
     # the read, for the plan (engine_node_probe), with how it was read
     assert res["probe"] == dict(probe_at(ENV), read_with={"link": ROOT + "/engines/vllm/current", "nvidia_smi": None})
+    # the plan's summary of the node, in the plan's words (site.yml ends a settled node before the plan task)
+    facts = decide(probe_at(ENV), "0.20.0", "auto", "vllm", ROOT)
+    summed = engine_node_result("n1", facts["__engine_node_plan"], "auto", "unchanged", ENV, ENV,
+                                facts["__engine_node_dir"])
+    assert res["engine_node"] == summed and summed["action"] == "unchanged" and summed["current"] == ENV
+    assert res["ansible_stats"]["data"]["engine_node"] == engine_node_stats(summed)
     text = json.dumps(res) + json.dumps(sent["candidates"])
     for secret in SECRETS:
         assert secret not in text
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"engine_node_build": "cu12"}, "engine_node_build"),
+    ({"engine_node_version": "latest"}, "engine_node_version"),
+])
+def test_before_the_plan_a_bad_engine_node_variable_fails_the_look_before_the_node_is_read(tmp_path, over, words):
+    # a settled node takes no plan task: the look checks engine_node's variables as the plan would
+    res, calls = _run({"node": NODE, "validate": True}, settled_survey(UNITS, probe=probe_at(ENV)),
+                      task_vars=node_vars(tmp_path, **engine_node_defaults(**over)), host="gpu-3")
+    assert res.get("failed") is True and calls == [], res
+    assert res["msg"].startswith("host gpu-3: ") and words in res["msg"] and "host_vars/gpu-3.yml" in res["msg"]
+    assert repr(list(over.values())[0]) in res["msg"] or str(list(over.values())[0]) in res["msg"]
 
 
 def test_before_the_plan_a_build_asked_for_by_name_has_one_candidate(tmp_path):

@@ -23,7 +23,7 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks impo
     engine_node_checked_variables, engine_node_problems, engine_node_summary,
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
-    LINK, decide, engine_node_result, engine_node_stats,
+    LINK, decide, engine_node_result, engine_node_stats, probe_args,
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 
@@ -81,12 +81,8 @@ class ActionModule(ActionBase):
             probe = given
             result["gpus"] = probe.get("gpus") or []
         elif build != "none":
-            # the plan needs the driver and the GPUs, not the CUDA version (nvidia-smi -q -x, the slow call)
-            module_args = {"link": link, "cuda": False}
-            if args.get("nvidia_smi"):
-                module_args["nvidia_smi"] = args["nvidia_smi"]
-            probe = self._execute_module(module_name="llmfleet.engines.gpu_probe", module_args=module_args,
-                                         task_vars=task_vars)
+            probe = self._execute_module(module_name="llmfleet.engines.gpu_probe",
+                                         module_args=probe_args(link, args.get("nvidia_smi")), task_vars=task_vars)
             if probe.get("failed"):
                 result.update(probe)
                 return result

@@ -44,6 +44,7 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import
     engine_node_result,
     engine_node_stats,
     environment_names,
+    probe_args,
 )
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
@@ -66,6 +67,7 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units im
 )
 
 _SURVEY = "llmfleet.engines.engine_service_survey"
+_PROBE = "llmfleet.engines.gpu_probe"
 # Each option left out of the task, and the role's variable it then is.
 _ROLE = {
     "models": "engine_service_models",
@@ -255,6 +257,9 @@ class ActionModule(ActionBase):
         result["asked_node"] = False
         host = task_vars.get("inventory_hostname", "")
         values = {}
+        node = self._task.args.get("node")
+        if node is not None and not self._serves(task_vars, values):
+            return self._plan_only(result, host, node, task_vars)
         try:
             if boolean(self._task.args.get("validate", False), strict=False):
                 role = getattr(self._task, "_role", None)
@@ -364,6 +369,65 @@ class ActionModule(ActionBase):
         result["msg"] = (engine_service_readiness(summed["gates"], host) if summed["gates"] else
                          "%s: settled, serving %s (check mode: no gate asked)" % (host, ", ".join(units)))
         # an "ok", its line shown with -v (as engine_node_plan's for a node with nothing to do)
+        return result
+
+    def _serves(self, task_vars, values):
+        """Whether the host serves models (the option, or the role's variable; none set: it serves nothing)."""
+        if "models" in self._task.args:
+            return bool(self._task.args["models"])
+        try:
+            return bool(self._variable("engine_service_models", task_vars, values))
+        except KeyError:
+            return False
+
+    def _plan_only(self, result, host, node, task_vars):
+        """A node that serves no model, before engine_node's plan (``node``: the plan's options): the plan itself
+        (the engine_node_plan action, run here as the role's plan task runs it, engine_node's variables checked
+        first), so that such a node takes one task in site.yml's engine play. Its result is the look's
+        ``engine_node``; the node is not settled (it has no models to look at)."""
+        result.update(changed=False, settled=False, pins_needed=False, deferred=False,
+                      reasons=["%s serves no model" % host])
+        if boolean(self._task.args.get("validate", False), strict=False):
+            problems = self._node_problems(task_vars)
+            if problems:
+                result.update(failed=True, msg=(
+                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
+                    % (host, "; ".join(problems), host)))
+                return result
+        if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
+            result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
+                                           " version, build, package and root, not %r" % (host, node))
+            return result
+        task = self._task.copy()
+        task.args = {key: node[key] for key in ("version", "build", "package", "root", "nvidia_smi", "switch")
+                     if node.get(key) not in (None, "")}
+        task.args["validate"] = False  # checked above, against engine_node's argument spec
+        if str(node.get("build") or "auto") != "none":
+            # the plan's read, made here and handed to it (and to a plan task after this one: engine_node_probe)
+            link = "%s/%s" % (node["root"], LINK)
+            nvidia_smi = str(node.get("nvidia_smi") or "")
+            result["asked_node"] = True
+            probe = self._execute_module(module_name=_PROBE, module_args=probe_args(link, nvidia_smi),
+                                         task_vars=task_vars)
+            if probe.get("failed"):
+                result.update(probe)
+                return result
+            for key in ("invocation", "deprecations", "changed"):
+                probe.pop(key, None)
+            result["warnings"] = probe.pop("warnings", [])
+            result["probe"] = task.args["probe"] = dict(probe, read_with={"link": link, "nvidia_smi": nvidia_smi or None})
+        plan = self._shared_loader_obj.action_loader.get(
+            "llmfleet.engines.engine_node_plan", task=task, connection=self._connection,
+            play_context=self._play_context, loader=self._loader, templar=self._templar,
+            shared_loader_obj=self._shared_loader_obj)
+        planned = plan.run(task_vars=task_vars)
+        for key in ("failed", "msg", "ansible_stats", "_ansible_verbose_always"):
+            if key in planned:
+                result[key] = planned[key]
+        result["warnings"] = result.get("warnings", []) + list(planned.get("warnings") or [])
+        result["engine_node"] = {k: v for k, v in planned.items()
+                                 if k not in ("ansible_stats", "_ansible_verbose_always", "warnings", "invocation",
+                                              "asked_node")}
         return result
 
     def _node_problems(self, task_vars):

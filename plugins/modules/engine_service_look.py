@@ -49,6 +49,12 @@ description:
     readiness is told (the result's C(msg), shown with C(-v), as a settled node is an C(ok) like any module's),
     and it is added to the play's stats under C(engine_service).
   - Any other node gets RV(settled) false and RV(reasons), and takes the role's full way.
+  - >-
+    With O(node), a host that serves no model (no models given, C(engine_service_models) empty or not set) is not
+    looked at: the action reads the node as the plan reads it (M(llmfleet.engines.gpu_probe), RV(probe)) and runs
+    C(llmfleet.engines.engine_node_plan) on that read (its result is RV(engine_node), its message and stats the
+    result's), so that each node of C(playbooks/site.yml)'s engine play takes one task before the nodes with
+    nothing to do end the play. RV(settled) is false.
   - Meant for the role's own task files; a playbook uses the role's C(look) entry point. Each option left out is
     the C(llmfleet.engines.engine_service) role's variable named in its description (the action reads it from the
     host's variables), so the role's task gives only what differs.
@@ -240,14 +246,15 @@ probe:
     - With O(node), what the module read for the plan (M(llmfleet.engines.gpu_probe)'s result with its
       C(link)), and C(read_with) (the link and C(nvidia-smi) it was read with); C(playbooks/site.yml) hands it to the
       plan as C(engine_node_probe).
-  returned: with O(node), when the node was read
+  returned: with O(node), when the node was read (a host that serves no model too)
   type: dict
 engine_node:
   description:
     - With O(node), on a settled node, what C(llmfleet.engines.engine_node)'s plan would register as
-      C(engine_node_result) for it (its engine stays); C(playbooks/site.yml) ends a settled node before the plan task
-      and takes this for it. The play's stats hold it under C(engine_node), as the plan's do.
-  returned: with O(node), when the node is settled
+      C(engine_node_result) for it (its engine stays); on a host that serves no model, what the plan returned.
+      C(playbooks/site.yml) ends such a node with nothing to do before the plan task and takes this for it. The
+      play's stats hold it under C(engine_node), as the plan's do.
+  returned: with O(node), when the node is settled or serves no model
   type: dict
 survey:
   description: What M(llmfleet.engines.engine_service_survey) returned.

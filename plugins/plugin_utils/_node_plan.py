@@ -91,6 +91,16 @@ def engine_node_layout_dirs(layout, python_preference="only-managed"):
     return dirs + [{"path": "/engines", "mode": "0755"}, {"path": "/engines/vllm", "mode": "0755"}]
 
 
+def probe_args(link, nvidia_smi=None):
+    """gpu_probe's arguments for the plan's read of a node (``link``: where `current` is; ``nvidia_smi``: empty or
+    None, the one on the node's PATH). The plan needs the driver and the GPUs, not the CUDA version (nvidia-smi
+    -q -x, the slow call)."""
+    out = {"link": link, "cuda": False}
+    if nvidia_smi:
+        out["nvidia_smi"] = nvidia_smi
+    return out
+
+
 def decide(probe, version, build, package, root):
     """The decision converge.yml starts from: the plan, the wanted and current environments, the action
     (converge.yml also resets what a change of this run fills in). The engine_node_plan action decides with

@@ -59,7 +59,7 @@ def site(tmp_path, node):
              or "ansible.builtin.group_by" in t or "ansible.builtin.meta" in t or "llmfleet.engines.haproxy_info" in t]
     assert [_role_step(t).get("tasks_from") or t.get("ansible.builtin.meta")
             or ("haproxy_info" if "llmfleet.engines.haproxy_info" in t else "group_by") for t in steps] == [
-        "haproxy_info", "look_node", "end_host", "plan", "end_host", "systemd", "stage", "group_by"], steps
+        "haproxy_info", "look_node", "end_host", "plan", "systemd", "stage", "group_by"], steps
     assert steps[0]["run_once"] is True, steps[0]
     # the look is imported, its defaults the role's own (public: false), the other steps included
     assert steps[1]["ansible.builtin.import_role"]["public"] is False, steps[1]
@@ -167,8 +167,9 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     (node.unit_dir / unit).write_text(text + "# edited by hand\n")
     run = unsettled_run(node, playbook, models, extra, "%s differs from what the role renders" % unit)
     assert full_way(run) == 1 and (node.unit_dir / unit).read_text() == text, run.explain()
-    settled_run(node, playbook, models, extra)
 
+    # (each case below starts from the node the full way left: what it put back is checked where it is, and the
+    # next run is settled where the way back is not plain: the link, the orphan, the engine that stopped answering)
     # the unit file replaced by a link to a file of the same text: systemd reads the same unit, and
     # the full way (slurp) would find nothing to change either: settled
     copy = node.base / "elsewhere.service"
@@ -188,13 +189,11 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     secret.write_text(kept.replace("key-of-the-look-test", "another-key"))
     run = unsettled_run(node, playbook, models, extra, "the secret file of %s differs" % unit)
     assert secret.read_text() == kept, run.explain()
-    settled_run(node, playbook, models, extra)
 
     # the unit stopped: the full way starts it
     node.systemctl("stop", unit)
     run = unsettled_run(node, playbook, models, extra, "the unit is inactive")
     assert node.show(unit, "ActiveState")["ActiveState"] == "active" and run.verbs("start", unit=unit), run.explain()
-    settled_run(node, playbook, models, extra)
 
     # a unit of the role that no model lists: the full way removes it
     orphan = "llmfleet-vllm-gone%s.service" % node.tag
@@ -208,7 +207,6 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
     weights.unlink()
     run = unsettled_run(node, playbook, models, extra, "is not complete in")
     assert weights.exists(), run.explain()
-    settled_run(node, playbook, models, extra)
 
     # a rollout holds the node's lock: the full way waits for it (here not at all: the staging step
     # fails the node, naming the lock) and stops nothing
@@ -221,7 +219,6 @@ def test_a_settled_node_is_summed_up_in_one_look_and_anything_else_takes_the_ful
         assert run.verbs("stop", "restart") == [] and node.main_pid(unit) == pid, run.explain()
     finally:
         lock.rmdir()
-    settled_run(node, playbook, models, extra)
 
     # the engine stops answering (its process stopped): the gate fails, the full way gates again and
     # fails the node, and nothing is recorded as ready

@@ -135,11 +135,10 @@ def test_fleet_counts_tasks_module_calls_and_requests(smoke):
     assert site["changed"] == 0
     # a converged node that serves nothing, in a fleet with no gateway: the read of the gateways' drain records and
     # the hub pins the controller does not keep, both skipped (run_once: one result a batch, not a node; one node
-    # here), engine_service's look, skipped (a worker that asks its condition: the node serves nothing), the
-    # end_host of a settled serving node, skipped (a meta task the strategy runs: a result, no worker),
-    # engine_node's plan (one module call), then the play's end_host (no result: it ends the node)
+    # here), then the look, which takes engine_node's plan on a node that serves nothing (one module call:
+    # gpu_probe), then the play's end_host (a meta task the strategy runs: no worker; no result, it ends the node)
     assert (site["results"], site["skipped"], site["module_calls"], site["module_calls_by_action"]) == \
-        (5, 4, 1, {"llmfleet.engines.engine_node_plan": 1})
+        (3, 2, 1, {"llmfleet.engines.engine_service_look": 1})
     assert noop["requests_upstream"]["per_run"] == [0]
     tasks = noop["tasks"]
     assert {t["kind"] for t in tasks} <= {"module", "controller", "skipped"}

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -45,16 +46,27 @@ def devpi_venv(tmp_path_factory):
     return venv
 
 
-@pytest.fixture()
-def devpi(devpi_venv, tmp_path):
-    """A fresh devpi-server with a random root password: (url, password)."""
+@pytest.fixture(scope="module")
+def devpi_initialized(devpi_venv, tmp_path_factory):
+    """A devpi-server directory initialized with a random root password, once for the module (devpi-init starts a
+    Python that imports the whole server: seconds each, tens under a loaded suite): (serverdir, password)."""
     password = secrets.token_urlsafe(16)
+    root = tmp_path_factory.mktemp("devpi-init")
     # initialized as the engine_cache role does it: its own task's argv, the password on stdin, the
     # hash in devpi-init's environment (the logins below prove devpi-init took it from there)
-    _task, argv, stdin = init_command(devpi_venv, tmp_path, password)
-    serverdir = tmp_path / "server"
+    _task, argv, stdin = init_command(devpi_venv, root, password)
+    serverdir = root / "server"
     serverdir.mkdir()
     subprocess.run(argv, input=stdin, text=True, capture_output=True, check=True)
+    return serverdir, password
+
+
+@pytest.fixture()
+def devpi(devpi_venv, devpi_initialized, tmp_path):
+    """A fresh devpi-server (a copy of the initialized directory: no index, no upload yet): (url, password)."""
+    template, password = devpi_initialized
+    serverdir = tmp_path / "server"
+    shutil.copytree(template, serverdir, symlinks=True)
     port = free_port()
     log = open(tmp_path / "devpi.log", "wb")
     proc = subprocess.Popen([str(devpi_venv / "bin" / "devpi-server"), "--serverdir", str(serverdir), "--host",

@@ -476,10 +476,12 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     assert fleet.snapshot() == before
     # a node with nothing to do is an "ok" (its line with -v); the node auto fell back on says so (below)
     assert "ok: [h100]" in run.out and "h100: vllm 0.20.0 cu13 is current" not in run.out
-    # ... and few module calls: gpu_probe (which also reads `current`, run by engine_node_plan's one
-    # task per node) and, for the node auto fell back on, the read of its note; every other task
+    # ... and few module calls: gpu_probe (which also reads `current`, run by engine_node_plan's action
+    # in the look, one task per node) and, for the node auto fell back on, the read of its note; every other task
     # that ran is controller-only, and only that node ran any.
     controller_only = {
+        # the plan task of a node the look did not end, on the look's read (no module call of its own)
+        "Check, read and decide what this node runs (vLLM 0.20.0)",
         "Converge this node's engine (look, install or switch, and sum it up)",
         "Take the decision of this run",
         "Keep the build auto fell back to while the node's driver and GPUs are the same",
@@ -490,8 +492,9 @@ def test_fleet_converges_falls_back_reruns_quietly_and_switches_back(upstream, u
     ran = run.ran()
     modules = {task: sorted(hosts) for task, hosts in ran.items() if task not in controller_only}
     assert modules == {
-        # every node's one task; for off (build none) it runs no module
-        "Check, read and decide what this node runs (vLLM 0.20.0)": ["a100", "explicit", "fallback", "h100", "off"],
+        # every node's one task (engine_service's look, which takes engine_node's plan on a node that serves
+        # nothing); for off (build none) it runs no module
+        "Look whether this node's models are settled and decide what it runs (vLLM 0.20.0)": ["a100", "explicit", "fallback", "h100", "off"],
         "Read why auto left its first choice on this node": ["fallback"],
     }, modules
     assert {host for task, hosts in ran.items() if task in controller_only for host in hosts} == {"fallback"}, ran
@@ -908,10 +911,10 @@ def test_a_node_that_cannot_take_the_wheel_stops_before_any_look_up(upstream, uv
         "than 2.35, which vLLM 0.20.0's cu13 wheel on PyPI (manylinux_2_35) needs." % ARCH), message
     assert "upgrade the node's OS to one with glibc 2.35 or newer" in message
     # both stop in the role's first task (check, read, decide), before any other task of theirs
-    section = run.out.split("Check, read and decide what this node runs", 1)[1].split("\nTASK [", 1)[0]
+    section = run.out.split("and decide what it runs (vLLM", 1)[1].split("\nTASK [", 1)[0]
     assert sorted(re.findall(r"^fatal: \[(\w+)\]", section, re.M)) == ["bookworm", "focal"], section
     assert [task for task, hosts in run.ran().items() if {"bookworm", "focal"} & set(hosts)] == [
-        "Check, read and decide what this node runs (vLLM 0.20.0)"], run.ran()
+        "Look whether this node's models are settled and decide what it runs (vLLM 0.20.0)"], run.ran()
     assert "power: no engine is installed on this node: no build of vLLM 0.20.0 runs on this node" in run.out
     assert "not for machine architecture ppc64le" in run.out
     failed = re.search(r"^fatal: \[bookworm\]: FAILED! => (\{.*\})$", run.out, re.M)

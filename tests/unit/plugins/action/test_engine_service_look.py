@@ -821,3 +821,77 @@ def test_a_server_a_rollout_left_drained_on_a_gateway_makes_a_serving_node_not_s
                       settled_survey(UNITS, probe=probe_at(ENV)), task_vars=node_vars(tmp_path))
     assert len(calls) == 1 and res["settled"] is False and "llmfleet_code/n1 drained" in res["msg"], res
     assert res["probe"]["link"]["target"].endswith(ENV)
+
+
+# -- a node that serves nothing: the look runs engine_node's plan (site.yml: one task per node) ---------------------
+
+try:
+    from ansible_collections.llmfleet.engines.plugins.action import engine_node_plan
+finally:
+    _internal.is_controller = _before
+
+PLAIN_PROBE = {"driver_version": "580.65.06", "cuda_version": None, "driver_error": None, "glibc": "2.39",
+               "architecture": "x86_64", "gpus": [dict(NODE_GPUS[0], compute_capability="9.0", memory_mib=81559)]}
+
+
+def _run_plain(node, task_vars, link, host="n1"):
+    """The look on ``host``, with engine_node_plan loaded as Ansible's action loader loads it; gpu_probe answers
+    ``link`` (a stand-in: the module's own tests run it). ``(result, calls)``: the modules run, by either action."""
+    calls = []
+
+    def execute(module_name, module_args, task_vars):
+        del task_vars
+        calls.append((module_name, module_args))
+        return dict(PLAIN_PROBE, link=link, changed=False, invocation={"module_args": module_args})
+
+    def get(name, task, connection, play_context, loader, templar, shared_loader_obj):
+        assert name == "llmfleet.engines.engine_node_plan"
+        plan = engine_node_plan.ActionModule(task, connection, play_context, loader, templar, shared_loader_obj)
+        plan._execute_module = execute
+        return plan
+
+    task = Task()
+    task.args = {"node": node, "validate": True}
+    task.action = "llmfleet.engines.engine_service_look"
+    task._role = mock.Mock(_role_path=str(ROLE))
+    action = engine_service_look.ActionModule(task, mock.Mock(), PlayContext(), DataLoader(),
+                                              Templar(loader=DataLoader()), None)
+    action._execute_module = execute
+    with mock.patch.object(action._shared_loader_obj.action_loader, "get", get):
+        return action.run(task_vars=dict(task_vars, inventory_hostname=host)), calls
+
+
+def plain_vars(**over):
+    """A node that serves nothing, as the look sees it: engine_service's defaults (no models), engine_node's."""
+    return dict(role_vars(engine_service_models=[]), **engine_node_defaults(**dict({"engine_node_version": "0.20.0"},
+                                                                                  **over)))
+
+
+def test_a_node_that_serves_nothing_is_planned_by_the_look_in_one_module_call():
+    link = {"is_link": True, "target": ROOT + "/engines/vllm/" + ENV, "target_exists": True}
+    res, calls = _run_plain(dict(NODE, switch=True), plain_vars(), link)
+    assert not res.get("failed"), res
+    # the plan's own read of the node (gpu_probe, no CUDA version), nothing of engine_service's
+    assert calls == [("llmfleet.engines.gpu_probe", {"link": ROOT + "/engines/vllm/current", "cuda": False})]
+    assert res["asked_node"] is True and res["settled"] is False
+    # the read, for a plan task after this one (engine_node_probe): the plan action took it, reading nothing more
+    assert res["probe"]["read_with"] == {"link": ROOT + "/engines/vllm/current", "nvidia_smi": None}
+    assert res["probe"]["link"] == link
+    plan = res["engine_node"]
+    assert (plan["action"], plan["current"], plan["wanted"]) == ("unchanged", ENV, "cu13"), plan
+    assert res["ansible_stats"]["data"] == {"engine_node": {"n1": mock.ANY}}
+    assert res["ansible_stats"]["data"]["engine_node"]["n1"]["action"] == "unchanged"
+    assert res["msg"] == "n1: vllm 0.20.0 cu13 is current (%s/engines/vllm/%s); nothing to do." % (ROOT, ENV)
+
+
+def test_a_node_that_serves_nothing_and_needs_its_engine_takes_the_plan_with_its_decision():
+    res, _calls = _run_plain(dict(NODE, switch=True), plain_vars(), {"is_link": False})
+    assert not res.get("failed") and res["engine_node"]["action"] == "look", res
+    assert res["engine_node"]["plan"]["__engine_node_want"] == ENV, res["engine_node"]["plan"]
+
+
+def test_a_node_that_serves_nothing_with_a_bad_engine_node_variable_fails_before_it_is_read():
+    res, calls = _run_plain(dict(NODE, switch=True), plain_vars(engine_node_build="cu12"), {"is_link": False},
+                            host="gpu-9")
+    assert res.get("failed") is True and calls == [], res
+    assert res["msg"].startswith("host gpu-9: ") and "engine_node_build" in res["msg"] and "cu12" in res["msg"]

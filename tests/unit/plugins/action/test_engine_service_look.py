@@ -863,8 +863,8 @@ def _run_plain(node, task_vars, link, host="n1"):
 
 def plain_vars(**over):
     """A node that serves nothing, as the look sees it: engine_service's defaults (no models), engine_node's."""
-    return dict(role_vars(engine_service_models=[]), **engine_node_defaults(**dict({"engine_node_version": "0.20.0"},
-                                                                                  **over)))
+    node = engine_node_defaults(**dict({"engine_node_version": "0.20.0"}, **over))
+    return dict(role_vars(engine_service_models=[]), **node)
 
 
 def test_a_node_that_serves_nothing_is_planned_by_the_look_in_one_module_call():

@@ -25,7 +25,10 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks impo
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import (
     LINK, decide, engine_node_result, engine_node_stats, probe_args,
 )
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import (
+    role_options,
+    variable_problems_message,
+)
 
 
 def read_in_this_run(probe, link, nvidia_smi):
@@ -65,9 +68,7 @@ class ActionModule(ActionBase):
         if boolean(args.get("validate", True), strict=False):
             problems = self._problems(task_vars)
             if problems:
-                result.update(failed=True, msg=(
-                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
-                    % (host, "; ".join(problems), host)))
+                result.update(failed=True, msg=variable_problems_message(host, problems))
                 return result
         version, build = str(args["version"]), str(args.get("build") or "auto")
         package, root = str(args.get("package") or "vllm"), str(args["root"])

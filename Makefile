@@ -92,11 +92,13 @@ network: system-test venv
 # each module's integration target (tests/integration/targets, run by ansible-playbook) again. The
 # role-level tests (tests/roles, tests/system, molecule) run on the pinned core only.
 # LATEST_SAME: unit tests whose work does not touch ansible-core (dpkg, promtool, ansible-builder,
-# the README's commands, which find the pinned venv's ansible first on PATH, the test tooling and
+# the README's commands, which find the pinned venv's ansible first on PATH, the test tooling (the molecule
+# connection's test needs the pinned venv's containers.podman) and
 # bench code): `make units` runs them; here they would only run the same thing again.
 LATEST_SAME := tests/unit/test_system_packages.py tests/unit/test_readme_commands.py tests/unit/test_alert_rules.py \
   tests/unit/test_execution_environment.py tests/unit/test_role_docs.py tests/unit/test_why_failed.py \
-  tests/unit/test_wheelhouse.py tests/unit/test_hostile_user_fixture.py tests/unit/benchmarks
+  tests/unit/test_wheelhouse.py tests/unit/test_hostile_user_fixture.py tests/unit/benchmarks \
+  tests/unit/test_molecule_connection.py
 latest: system-test
 	@if [ -z "$(PYTHON_LATEST)" ]; then echo "no Python 3.12 here: skipping the newest-ansible-core run"; else \
 	  $(MAKE) venv-latest && $(VENV_LATEST)/bin/python -m pytest tests/unit tests/integration/test_targets.py \

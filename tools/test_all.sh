@@ -7,7 +7,7 @@
 # The machine's two cores are busy through most of the run (ansible-playbook and the engines use a core
 # each), so the lanes are balanced to end together: a lane that ends early leaves a core idle while the
 # other goes on (measured from a fresh clone: lane 1 took 2,838 s and lane 2 2,819 s before the molecule
-# scenarios were pipelined, which took about 650 s off molecule; the unit tests, then in lane 1's `units`
+# scenarios were pipelined, which took about 700 s off molecule; the unit tests, then in lane 1's `units`
 # beside tests/roles, and integration moved to lane 2).
 #
 # Each lane is a series of ansible-playbook and pytest processes that mostly keep one core busy

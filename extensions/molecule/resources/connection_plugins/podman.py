@@ -4,16 +4,16 @@
 """The molecule scenarios' connection to their podman containers: containers.podman's, with pipelining.
 
 Test tooling, not part of the collection (``extensions/`` is left out of its build). molecule's podman driver
-names the short connection ``podman``; tools/molecule.sh puts this directory first on
-``ANSIBLE_CONNECTION_PLUGINS``, so the scenarios get this class, and ``ANSIBLE_PIPELINING`` on.
+names the short connection ``podman``, which a directory on ``ANSIBLE_CONNECTION_PLUGINS`` answers before Ansible's
+redirect to containers.podman; tools/molecule.sh sets it to this directory and turns ``ANSIBLE_PIPELINING`` on.
 
 Why: containers.podman's connection runs a ``podman`` process for every step of a module call (mount the
 container, make the temporary directory, run the module, remove the directory): four ``podman`` CLI starts,
 each with its conmon and runc, per task and node. Measured with process accounting over ``make test``, they were
 the largest CPU cost of the molecule lane after the engines themselves. Here a module goes to the container's
 Python on the standard input of one ``podman exec --interactive`` (Ansible's pipelining), and the container is
-mounted only when a file is really copied in or out (``copy``, ``template``, ``fetch``, ``slurp`` do not need it
-either way).
+mounted only when a file is copied in or out (put_file, fetch_file: ``copy``, ``template``, ``fetch``, and modules
+Ansible does not pipeline, such as async ones).
 
 Its upstream disables pipelining because ``podman exec`` without ``--interactive`` gives the command no
 standard input; with it, the module reads its payload as over SSH.
@@ -77,6 +77,7 @@ class Connection(PodmanConnection):
     """containers.podman.podman, pipelining, mounting the container only to copy a file."""
 
     has_pipelining = True
+    _mount_tried = False
 
     def _connect(self):
         # no `podman mount` for every task: put_file and fetch_file mount when they need to
@@ -84,11 +85,12 @@ class Connection(PodmanConnection):
         self._connected = True
         return self
 
-    def _mounted(self):
-        if self._mount_point is None and not getattr(self, "_mount_tried", False):
-            self._mount_tried = True  # pylint: disable=attribute-defined-outside-init
+    def _mount_once(self):
+        """containers.podman's connect (`podman mount`) the first time a file is copied; a mount that failed leaves
+        ``_mount_point`` None, and its put_file and fetch_file then use `podman cp`."""
+        if not self._mount_tried:
+            self._mount_tried = True
             PodmanConnection._connect(self)  # pylint: disable=protected-access
-        return self._mount_point
 
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
@@ -101,9 +103,9 @@ class Connection(PodmanConnection):
         return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")), in_data)
 
     def put_file(self, in_path, out_path):
-        self._mounted()
+        self._mount_once()
         super().put_file(in_path, out_path)
 
     def fetch_file(self, in_path, out_path):
-        self._mounted()
+        self._mount_once()
         super().fetch_file(in_path, out_path)

@@ -430,9 +430,9 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
                                            " version, build, package and root, not %r" % (host, node))
             return True
-        problems = []
-        if boolean(self._task.args.get("validate", False), strict=False):
-            problems = self._node_problems(task_vars)
+        if not boolean(self._task.args.get("validate", False), strict=False):
+            return False
+        problems = self._node_problems(task_vars)
         if problems:
             result.update(failed=True, msg=variable_problems_message(host, problems))
         return bool(problems)

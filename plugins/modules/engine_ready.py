@@ -74,7 +74,8 @@ options:
         failure quotes C(journalctl -u <unit> -n <journal_lines> --no-pager -o cat).
       - "With O(unit), the gate talks only to the unit's own process. Each request goes over a TCP connection the
         gate makes itself; before anything is sent on it (C(/health) included, the API key above all), the gate
-        finds the connection's far end in C(/proc/net/tcp) and C(/proc/net/tcp6) and the process holding it under
+        finds the connection's far end (asked of the kernel's C(sock_diag) by its four addresses, else read from
+        C(/proc/net/tcp) and C(/proc/net/tcp6)) and the process holding it under
         C(/proc/*/fd), which must be the unit's main process (C(MainPID)) or a child of it. A connection accepted
         by any other process (another user's server bound to that address and port while vLLM loads) fails the
         task at once, naming the address, the port, the process and its user; nothing is sent to it. Not accepted

@@ -59,7 +59,6 @@ import platform
 import re
 import time
 
-from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._errors import LlmfleetError
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._trust import (
     SBIN_DIRS, find_program, program_problem)
@@ -532,8 +531,17 @@ def parse_check_output(stdout):
     return None, stdout or ""
 
 
+def _table():
+    """engine_node's build table (``_builds``), imported where a failed check is classified: reading the node (the
+    hourly look's module) does not need it."""
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.llmfleet.engines.plugins.module_utils.node import _builds
+
+    return _builds
+
+
 def _cuda_major(torch_cuda):
-    found = _builds.dotted(torch_cuda)
+    found = _table().dotted(torch_cuda)
     return found[0] if found else None
 
 
@@ -545,6 +553,7 @@ def _other_build(torch_cuda):
 
 
 def _weakest_below_floor(devices):
+    _builds = _table()
     floor = min((req["compute_capability"] for req in _builds.REQUIREMENTS.values()), key=_builds.dotted)
     below = [d for d in devices or [] if _builds.dotted(d.get("capability")) and not _builds.at_least(d["capability"], floor)]
     if not below:
@@ -554,6 +563,7 @@ def _weakest_below_floor(devices):
 
 def classify(text, result=None):
     """``(classification, hint)`` for a failed check's text (error, traceback, output)."""
+    _builds = _table()
     result = result or {}
     text = text or ""
     torch_cuda = result.get("torch_cuda")

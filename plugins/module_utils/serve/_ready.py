@@ -16,7 +16,7 @@ Each attempt, in order: the unit's state (``systemctl show``), ``GET /health``, 
 With a unit, the gate talks only to the unit's own process (:meth:`Gate._connect_to_unit`): each request goes
 over a connection the gate made straight to the URL's host, and before a byte is sent on it the gate finds its
 far end (the socket of this node whose own address is the connection's peer and whose peer is the connection,
-in ``/proc/net/tcp*``), and the process holding that socket (``/proc/*/fd``), which must be the unit's main
+asked of the kernel's sock_diag, else read in ``/proc/net/tcp*``), and the process holding that socket (``/proc/*/fd``), which must be the unit's main
 process or a child of it. Where root may not read another user's descriptors (root without CAP_SYS_PTRACE: a
 container's, podman's and docker's default), the socket's owner stands for its process: it must be the user the
 unit's main process runs as. Which listener a connection reaches depends on the address it went to, not on the
@@ -34,6 +34,7 @@ import ipaddress
 import os
 import pwd
 import socket
+import struct
 import sys
 import time
 from urllib.parse import urlsplit
@@ -56,7 +57,7 @@ DEAD_STATES = ("failed", "inactive")
 MSG_JOURNAL_LINES = 10
 SYSTEMCTL_TIMEOUT = 30
 PROMPT = "ping"
-#: Seconds a connection's far end may take to show in /proc/net/tcp*; none after that: not this node's socket.
+#: Seconds a connection's far end may take to show on this node; none after that: not this node's socket.
 PEER_GRACE = 1.0
 #: Seconds between two looks at whether the far end was accepted.
 PEER_POLL = 0.01
@@ -145,6 +146,11 @@ def _proc_address(text):
     return _plain_address(ipaddress.ip_address(raw)), int(port, 16)
 
 
+def _proc_port(text):
+    """The port of an ``ADDRESS:PORT`` of ``/proc/net/tcp*`` (hex)."""
+    return int(text.rpartition(":")[2], 16)
+
+
 def _plain_address(address):
     if address.version == 6 and address.ipv4_mapped is not None:
         return address.ipv4_mapped
@@ -173,17 +179,80 @@ def _tcp_rows(proc):
 
 def socket_inode(local, remote, proc="/proc"):
     """The inode of this node's TCP socket whose own address is ``local`` and whose other end is ``remote``
-    (``(ip_address, port)`` pairs, :func:`socket_address`), from ``/proc/net/tcp`` and ``/proc/net/tcp6``: None when
-    there is none (``local`` is not an address of this node, or not of its network namespace), 0 while it waits in
-    a listener's queue (no process has accepted it yet). Raises OSError when the tables cannot be read."""
+    (``(ip_address, port)`` pairs, :func:`socket_address`): None when there is none (``local`` is not an address of
+    this node, or not of its network namespace), 0 while it waits in a listener's queue (no process has accepted it
+    yet). Asked of the kernel by the socket's four addresses (:func:`_diag_inode`); where that gives no such socket,
+    read from ``/proc/net/tcp`` and ``/proc/net/tcp6``. Raises OSError when the tables cannot be read."""
+    if proc == "/proc":
+        found = _diag_inode(local, remote)
+        if found is not None:
+            return found
     found = None
+    ports = (local[1], remote[1])
     for fields in _tcp_rows(proc):
         try:
+            # the ports first: parsing every row's addresses costs the gate more than its requests on a busy node
+            if (_proc_port(fields[1]), _proc_port(fields[2])) != ports:
+                continue
             if _proc_address(fields[1]) == local and _proc_address(fields[2]) == remote:
                 found = max(found or 0, int(fields[9]))
         except ValueError:
             continue
     return found
+
+
+#: sock_diag (linux/sock_diag.h, linux/inet_diag.h): the request type, "no cookie", the listening state.
+_SOCK_DIAG_BY_FAMILY = 20
+_NETLINK_SOCK_DIAG = 4
+_NLMSG_ERROR = 2
+_NO_COOKIE = 0xFFFFFFFF
+_TCP_LISTEN = 10
+_DIAG_TIMEOUT = 1.0
+#: The reply read: a netlink header (16 bytes) and one inet_diag_msg (72), with room to spare.
+_DIAG_REPLY_MAX = 4096
+
+
+def _diag_inode(local, remote):
+    """The inode of the TCP socket ``local`` -> ``remote`` as the kernel's sock_diag finds it by those four values
+    (one lookup, where ``/proc/net/tcp*`` lists every socket of the namespace and costs milliseconds to read); None
+    when it gives no answer to trust: no netlink here, no such socket, or a socket that is not exactly this one (a
+    lookup falls back on a listener of that port: only an answer whose own addresses are ``local`` and ``remote``
+    counts), so that the caller reads the tables."""
+    v6 = local[0].version == 6 or remote[0].version == 6
+    family = socket.AF_INET6 if v6 else socket.AF_INET
+    width = 16 if v6 else 4
+
+    def packed(address):
+        raw = (ipaddress.IPv6Address("::ffff:%s" % address) if v6 and address.version == 4 else address).packed
+        return raw[:width].ljust(16, b"\0")
+
+    request = (struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+               + struct.pack("!HH", local[1], remote[1]) + packed(local[0]) + packed(remote[0])
+               + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE))
+    message = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + request  # NLM_F_REQUEST
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(_DIAG_TIMEOUT)
+            diag.send(message)
+            reply = diag.recv(_DIAG_REPLY_MAX)
+    except (OSError, AttributeError):
+        return None  # no netlink (not Linux, a sandbox): the tables answer
+    if len(reply) < 16 + 72:
+        return None
+    _length, kind, _flags, _seq, _pid = struct.unpack_from("=IHHII", reply)
+    if kind == _NLMSG_ERROR:
+        return None
+    got_family, state = struct.unpack_from("=BB", reply, 16)
+    sport, dport = struct.unpack_from("!HH", reply, 20)
+    got = 16 if got_family == socket.AF_INET6 else 4
+    try:
+        src = _plain_address(ipaddress.ip_address(reply[24:24 + got]))
+        dst = _plain_address(ipaddress.ip_address(reply[40:40 + got]))
+    except ValueError:
+        return None
+    if state == _TCP_LISTEN or (src, sport) != local or (dst, dport) != remote:
+        return None
+    return struct.unpack_from("=I", reply, 16 + 68)[0]
 
 
 def socket_uid(inode, proc="/proc"):
@@ -564,7 +633,10 @@ class Gate:
         read only to name who holds it otherwise."""
         if not main:
             return False
-        holders, _unreadable = socket_holders(inode, process_tree(main))
+        # the main process first (vLLM's API server accepts there): the whole of /proc is read only when it does not
+        holders, _unreadable = socket_holders(inode, [main])
+        if not holders:
+            holders, _unreadable = socket_holders(inode, process_tree(main) - {main})
         return bool(holders)
 
     def _call(self, phase, method, path, payload=None, decode=True, auth=False):

@@ -372,6 +372,44 @@ def test_the_far_end_of_a_connection_is_found_once_accepted():
     assert os.getpid() in _ready.process_tree(os.getppid())
 
 
+def test_the_kernel_finds_the_far_end_by_its_addresses_and_a_listener_never_stands_for_it(monkeypatch):
+    """socket_inode asks sock_diag for the one socket (the tables are not read for it), and the kernel's answer
+    counts only when it is that socket: asked for a connection that does not exist, the kernel answers with the
+    listener of the port (bound to every address), which is not the far end of anything."""
+    def no_tables(_proc):
+        raise AssertionError("the tables were read: sock_diag did not answer")
+
+    with socket.socket() as listener:
+        listener.bind(("0.0.0.0", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), 5) as conn:
+            mine, theirs = _ready.socket_address(conn.getsockname()), _ready.socket_address(conn.getpeername())
+            with monkeypatch.context() as patched:
+                patched.setattr(_ready, "_tcp_rows", no_tables)
+                assert _ready.socket_inode(theirs, mine) == 0
+                accepted, _addr = listener.accept()
+                with accepted:
+                    assert "socket:[%d]" % _ready.socket_inode(theirs, mine) == \
+                        os.readlink("/proc/self/fd/%d" % accepted.fileno())
+        # no connection from 192.0.2.9: the kernel's lookup ends at the listener, which does not count
+        stranger = (ipaddress.ip_address("192.0.2.9"), 4444)
+        for local in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("192.0.2.7")):
+            assert _ready._diag_inode((local, port), stranger) is None
+            assert _ready.socket_inode((local, port), stranger) is None
+    # without sock_diag (a sandbox without netlink) the tables answer the same
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with socket.create_connection(listener.getsockname(), 5) as conn:
+            accepted, _addr = listener.accept()
+            with accepted, monkeypatch.context() as patched:
+                patched.setattr(_ready, "_diag_inode", lambda local, remote: None)
+                inode = _ready.socket_inode(_ready.socket_address(conn.getpeername()),
+                                            _ready.socket_address(conn.getsockname()))
+                assert os.readlink("/proc/self/fd/%d" % accepted.fileno()) == "socket:[%d]" % inode
+
+
 def test_a_dual_stack_listeners_socket_is_found_by_its_ipv4_address():
     """A listener on :: takes 127.0.0.1 too: its socket is in /proc/net/tcp6, as ::ffff:127.0.0.1."""
     with socket.socket(socket.AF_INET6) as listener:

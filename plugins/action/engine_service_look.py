@@ -91,6 +91,17 @@ _ROLE = {
 }
 
 
+# Each option of engine_node's plan that ``node`` leaves out, and this host's engine_node variable it then is.
+_NODE = {
+    "version": "engine_node_version",
+    "build": "engine_node_build",
+    "package": "engine_node_package",
+    "root": "engine_node_root",
+    "nvidia_smi": "engine_node_nvidia_smi",
+    "switch": "engine_node_switch",
+}
+
+
 def kept_locks(pins, locks, lock_dir, refresh, read, pinned=None):
     """``(locks, reasons)``: ``locks`` with the lock of each of ``pins`` it lacks, read back from ``lock_dir``
     (``read``: the hub's ``read_kept_lock``), or, where the controller keeps none (no lock directory, a refresh),
@@ -253,6 +264,18 @@ class ActionModule(ActionBase):
             args["systemctl"] = self._variable("engine_service_systemctl", task_vars, known)
         return args
 
+    def _node_options(self, node, task_vars, known):
+        """The plan's options (``node``), each one it leaves out taken from this host's engine_node variable
+        (``_NODE``) where the play holds it: ``{}`` is the host's own engine_node variables, templated once here
+        (``known``) rather than wrapped in a template each (site.yml gives nothing else)."""
+        if not isinstance(node, dict):
+            return node
+        out = dict(node)
+        for option, variable in _NODE.items():
+            if option not in out and variable in task_vars:
+                out[option] = self._variable(variable, task_vars, known)
+        return out
+
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
@@ -260,7 +283,7 @@ class ActionModule(ActionBase):
         result["asked_node"] = False
         host = task_vars.get("inventory_hostname", "")
         values = {}
-        node = self._task.args.get("node")
+        node = self._node_options(self._task.args.get("node"), task_vars, values)
         if node is not None and not self._serves(task_vars, values):
             return self._plan_only(result, host, node, task_vars)
         try:
@@ -290,7 +313,7 @@ class ActionModule(ActionBase):
         args["locks"], reasons = kept_locks(args["pins"], args.get("locks") or {}, args.get("lock_dir") or "",
                                             boolean(args.get("refresh", False), strict=False), read_kept_lock,
                                             engine_service_kept_locks({}, list(args.get("pinned") or [])))
-        node = args.get("node")
+        node = self._node_options(args.get("node"), task_vars, values)
         if node is not None:
             return self._before_plan(result, host, args, node, reasons, task_vars, values)
         if args.get("gpus") is None and placed_models(args.get("models")):
@@ -428,7 +451,8 @@ class ActionModule(ActionBase):
         ends after the look takes no plan task to say them)."""
         if not isinstance(node, dict) or any(k not in node for k in ("version", "build", "package", "root")):
             result.update(failed=True, msg="host %s: engine_service_look: node must give the engine_node plan's"
-                                           " version, build, package and root, not %r" % (host, node))
+                                           " version, build, package and root (or the play engine_node's variables"
+                                           " of those names), not %r" % (host, node))
             return True
         if not boolean(self._task.args.get("validate", False), strict=False):
             return False

@@ -72,6 +72,9 @@ options:
         (C(engine_node_version), C(engine_node_build), C(engine_node_package), C(engine_node_root),
         C(engine_node_nvidia_smi); empty - the one on the node's C(PATH)), and C(switch) (C(engine_node_switch)),
         for the plan's summary of a settled node (RV(engine_node)).
+      - >-
+        Each one left out is this host's engine_node variable named beside it, where the play holds it (C({}):
+        all of them, as the role's C(look_node) entry point gives it unless C(engine_service_look_node) is set).
     type: dict
   validate:
     description:
@@ -193,13 +196,7 @@ EXAMPLES = r"""
 # In the engine_service role (tasks/look_node.yml), which site.yml imports before engine_node's plan
 - name: Look whether this node's models are settled, reading it for the plan
   llmfleet.engines.engine_service_look:
-    node:
-      version: "{{ engine_node_version }}"
-      build: "{{ engine_node_build }}"
-      package: "{{ engine_node_package }}"
-      root: "{{ engine_node_root }}"
-      nvidia_smi: "{{ engine_node_nvidia_smi }}"
-      switch: "{{ engine_node_switch }}"
+    node: {}  # the plan's options: this host's engine_node variables
     validate: true
   register: engine_service_result
 

@@ -650,6 +650,26 @@ def test_before_the_plan_a_bad_engine_node_variable_fails_the_look_before_the_no
     assert repr(list(over.values())[0]) in res["msg"] or str(list(over.values())[0]) in res["msg"]
 
 
+def test_before_the_plan_the_options_left_out_are_the_hosts_engine_node_variables(tmp_path):
+    """node {} (site.yml's look) is this host's engine_node variables; an option given is taken over its variable."""
+    variables = node_vars(tmp_path, **engine_node_defaults(
+        engine_node_version="0.20.0", engine_node_root=ROOT, engine_node_build="cu129",
+        engine_node_nvidia_smi="/opt/nvidia/bin/nvidia-smi"))
+    res, calls = _run({"node": {}}, settled_survey(UNITS, probe=probe_at("0.20.0-cu129")), task_vars=variables)
+    assert res["settled"] is True and res["current"] == "0.20.0-cu129", res
+    ((_name, sent),) = calls
+    assert sorted(sent["candidates"]) == ["0.20.0-cu129"]
+    assert sent["probe"] == {"link": ROOT + "/engines/vllm/current", "nvidia_smi": "/opt/nvidia/bin/nvidia-smi"}
+    assert res["engine_node"]["requested"] == "cu129", res["engine_node"]
+    res, calls = _run({"node": {"build": "auto"}}, settled_survey(UNITS, probe=probe_at(ENV)), task_vars=variables)
+    ((_name, sent),) = calls
+    assert res["settled"] is True and res["current"] == ENV and len(sent["candidates"]) == 3, res
+    # no engine_node variables in the play and none given: the plan's options are missing, said before any read
+    res, calls = _run({"node": {}}, settled_survey(UNITS, probe=probe_at(ENV)), task_vars={
+        k: v for k, v in variables.items() if not k.startswith("engine_node_")})
+    assert res.get("failed") is True and calls == [] and "engine_node's variables" in res["msg"], res
+
+
 def test_before_the_plan_a_build_asked_for_by_name_has_one_candidate(tmp_path):
     res, calls = _run({"node": dict(NODE, build="cu129")}, settled_survey(UNITS, probe=probe_at("0.20.0-cu129")),
                       task_vars=node_vars(tmp_path))

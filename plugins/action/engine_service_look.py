@@ -313,7 +313,6 @@ class ActionModule(ActionBase):
         args["locks"], reasons = kept_locks(args["pins"], args.get("locks") or {}, args.get("lock_dir") or "",
                                             boolean(args.get("refresh", False), strict=False), read_kept_lock,
                                             engine_service_kept_locks({}, list(args.get("pinned") or [])))
-        node = self._node_options(args.get("node"), task_vars, values)
         if node is not None:
             return self._before_plan(result, host, args, node, reasons, task_vars, values)
         if args.get("gpus") is None and placed_models(args.get("models")):

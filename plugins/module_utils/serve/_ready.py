@@ -16,12 +16,12 @@ Each attempt, in order: the unit's state (``systemctl show``), ``GET /health``, 
 With a unit, the gate talks only to the unit's own process (:meth:`Gate._connect_to_unit`): each request goes
 over a connection the gate made straight to the URL's host, and before a byte is sent on it the gate finds its
 far end (the socket of this node whose own address is the connection's peer and whose peer is the connection,
-asked of the kernel's sock_diag, else read in ``/proc/net/tcp*``), and the process holding that socket (``/proc/*/fd``), which must be the unit's main
-process or a child of it. Where root may not read another user's descriptors (root without CAP_SYS_PTRACE: a
-container's, podman's and docker's default), the socket's owner stands for its process: it must be the user the
-unit's main process runs as. Which listener a connection reaches depends on the address it went to, not on the
-port number: ``localhost`` may resolve to ``::1`` where vLLM holds 127.0.0.1, and a node's address may be held
-by another user while vLLM holds the loopback's.
+asked of the kernel's sock_diag, else read in ``/proc/net/tcp*``), and the process holding that socket
+(``/proc/*/fd``), which must be the unit's main process or a child of it. Where root may not read another user's
+descriptors (root without CAP_SYS_PTRACE: a container's, podman's and docker's default), the socket's owner stands
+for its process: it must be the user the unit's main process runs as. Which listener a connection reaches
+depends on the address it went to, not on the port number: ``localhost`` may resolve to ``::1`` where vLLM holds
+127.0.0.1, and a node's address may be held by another user while vLLM holds the loopback's.
 
 Clocks: systemd's ``*TimestampMonotonic`` values are CLOCK_MONOTONIC microseconds, and so is
 Python's ``time.monotonic()`` on Linux (in seconds); the module runs on the unit's node, so the

@@ -17,6 +17,11 @@
 #   vllm_serve    `vllm serve` of a tiny random-weight model made here with its own tokenizer
 #                 (transformers; nothing downloaded), gated by llmfleet.engines.engine_ready: time
 #                 to ready and one-token latency; OUT_DIR/vllm-serve.log
+#   vllm_group    with two GPUs or more: the same model served by a model group of two members on
+#                 this machine, one GPU each (vLLM's multi-node mode over the loopback, tensor parallel
+#                 across them, NCCL), as the collection starts a group's members: the follower
+#                 --headless first, the leader gated by engine_ready; then the follower is killed and
+#                 how soon the leader's /health says so is measured; OUT_DIR/vllm-group-*.log
 # OUT_DIR/summary.txt holds the summary, OUT_DIR/device_check.log what ran. Exit status 0 unless
 # a step that could run failed.
 #
@@ -318,18 +323,47 @@ PY
 }
 
 stop_server() {
-  local pid
-  pid=$(get serve_pid)
-  [ -n "$pid" ] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-  fi
-  rm -f "$work/state/serve_pid"
+  local pid key
+  for key in serve_pid follower_pid; do
+    pid=$(get "$key")
+    [ -n "$pid" ] || continue
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM -- "-$pid" 2>/dev/null || true
+      for _ in $(seq 1 60); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+      done
+      kill -KILL -- "-$pid" 2>/dev/null || true
+    fi
+    rm -f "$work/state/$key"
+  done
+}
+
+free_port() { "$apy" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# gate STEP PORT DEADLINE VERSION STARTED_MS LOG: engine_ready on 127.0.0.1:PORT, 5 s per call, until it passes
+# (0; the gate's result in $work/STEP.json), the server (serve_pid) exits (1) or the deadline (2); the step's
+# result is said here when it is not ready
+gate() {
+  local step=$1 port=$2 deadline=$3 version=$4 started=$5 serverlog=$6 rc
+  while :; do
+    rm -f "$work/$step.json"
+    rc=0
+    module "$step" 60 engine_ready \
+      "$("$apy" -c 'import json, sys; print(json.dumps({"url": "http://127.0.0.1:" + sys.argv[1], "model": "tiny-random", "deadline": int(sys.argv[2]), "wait": 5, "timeout": 10, **({"version": sys.argv[3]} if sys.argv[3] else {})}))' "$port" "$deadline" "$version")" || rc=$?
+    if [ "$(jget "$work/$step.json" 'r.get("ready")' 2>/dev/null)" = True ]; then
+      return 0
+    fi
+    if ! kill -0 "$(get serve_pid)" 2>/dev/null; then
+      wait "$(get serve_pid)" || rc=$?
+      result "$step" failed "vllm serve exited ($rc) before it was ready: $(grep -v '^\s*$' "$serverlog" | tail -1 | cut -c1-300)"
+      return 1
+    fi
+    if [ "$rc" -ne 0 ] || [ "$(($(now_ms) - started))" -gt $((deadline * 1000)) ]; then
+      result "$step" failed "not ready: $(jget "$work/$step.json" 'r.get("msg")' 2>/dev/null | cut -c1-400 || echo "engine_ready exited $rc")"
+      return 2
+    fi
+  done
 }
 
 step_vllm_serve() {
@@ -376,7 +410,10 @@ step_vllm_serve() {
     size=", made here ($((size / 1024)) KiB)"
   fi
   version=$(timeout 60 "${py:-python3}" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>>"$log" || true)
-  port=$("$apy" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  put serve_vllm "$vllm"
+  put serve_model "$model"
+  put serve_version "$version"
+  port=$(free_port)
   read -r -a extra <<<"${DEVICE_CHECK_SERVE_ARGS---enforce-eager}"
   deadline=$(($(left) - 30))
   if [ "$deadline" -lt 60 ]; then
@@ -388,35 +425,92 @@ step_vllm_serve() {
   setsid "$vllm" serve "$model" --host 127.0.0.1 --port "$port" --served-model-name tiny-random \
     --max-model-len 256 --gpu-memory-utilization 0.3 "${extra[@]}" >"$out/vllm-serve.log" 2>&1 &
   put serve_pid "$!"
-  # the gate, 5 s per call, until it passes, the server exits, or the deadline
-  while :; do
-    rm -f "$work/vllm_serve.json"
-    rc=0
-    module vllm_serve 60 engine_ready \
-      "$("$apy" -c 'import json, sys; print(json.dumps({"url": "http://127.0.0.1:" + sys.argv[1], "model": "tiny-random", "deadline": int(sys.argv[2]), "wait": 5, "timeout": 10, **({"version": sys.argv[3]} if sys.argv[3] else {})}))' "$port" "$deadline" "$version")" || rc=$?
-    if [ "$(jget "$work/vllm_serve.json" 'r.get("ready")' 2>/dev/null)" = True ]; then
-      ready_ms=$(($(now_ms) - started))
-      cp "$work/vllm_serve.json" "$out/vllm_serve.json"
-      result vllm_serve ok "vLLM ${version:-?} served ${model##*/}$size: ready $((ready_ms / 1000)).$(((ready_ms % 1000) / 100)) s after its start, one-token completion $(jget "$work/vllm_serve.json" 'r["completion_ms"]') ms (engine_ready)"
-      break
+  if gate vllm_serve "$port" "$deadline" "$version" "$started" "$out/vllm-serve.log"; then
+    ready_ms=$(($(now_ms) - started))
+    cp "$work/vllm_serve.json" "$out/vllm_serve.json"
+    result vllm_serve ok "vLLM ${version:-?} served ${model##*/}$size: ready $((ready_ms / 1000)).$(((ready_ms % 1000) / 100)) s after its start, one-token completion $(jget "$work/vllm_serve.json" 'r["completion_ms"]') ms (engine_ready)"
+  fi
+  stop_server
+}
+
+step_vllm_group() {
+  if [ -z "$ansible_bin" ]; then
+    result vllm_group skipped "$no_ansible (the gate is llmfleet.engines.engine_ready)"
+    return 0
+  fi
+  local count vllm model version uuids port store internal started ready_ms deadline extra=() member env_common lost=""
+  count=$(get gpu_count)
+  if [ -n "$(get no_gpu)" ] || [ -z "$count" ]; then
+    result vllm_group skipped "$(no_gpu_reason): a model group of two members needs two GPUs"
+    return 0
+  fi
+  if [ "$count" -lt 2 ]; then
+    result vllm_group skipped "$count GPU here: a model group of two members needs two"
+    return 0
+  fi
+  vllm=$(get serve_vllm)
+  model=$(get serve_model)
+  version=$(get serve_version)
+  if [ "$(get status_vllm_serve)" != ok ]; then
+    result vllm_group skipped "vllm_serve did not serve the model here ($(get status_vllm_serve))"
+    return 0
+  fi
+  deadline=$(($(left) - 40))
+  if [ "$deadline" -lt 60 ]; then
+    result vllm_group skipped "only $(left) s left of the $budget s budget"
+    return 0
+  fi
+  uuids=$(jget "$work/gpu_probe.json" '" ".join(g["uuid"] for g in r["gpus"][:2])')
+  read -r -a uuids <<<"$uuids"
+  port=$(free_port)
+  store=$(free_port)
+  read -r -a extra <<<"${DEVICE_CHECK_SERVE_ARGS---enforce-eager}"
+  env_common=(VLLM_HOST_IP=127.0.0.1 GLOO_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME=lo)
+  started=$(now_ms)
+  for member in 1 0; do  # the follower first, as the rollout starts a group
+    internal=$(free_port)
+    local words=(serve "$model" --served-model-name tiny-random --max-model-len 256 --gpu-memory-utilization 0.3
+      --tensor-parallel-size 2 --nnodes 2 --node-rank "$member" --master-addr 127.0.0.1 --master-port "$store")
+    if [ "$member" = 1 ]; then
+      words+=(--headless)
+    else
+      words+=(--host 127.0.0.1 --port "$port")
     fi
-    if ! kill -0 "$(get serve_pid)" 2>/dev/null; then
-      wait "$(get serve_pid)" || rc=$?
-      result vllm_serve failed "vllm serve exited ($rc) before it was ready: $(grep -v '^\s*$' "$out/vllm-serve.log" | tail -1 | cut -c1-300)"
-      break
-    fi
-    if [ "$rc" -ne 0 ] || [ "$(($(now_ms) - started))" -gt $((deadline * 1000)) ]; then
-      result vllm_serve failed "not ready: $(jget "$work/vllm_serve.json" 'r.get("msg")' 2>/dev/null | cut -c1-400 || echo "engine_ready exited $rc")"
-      break
-    fi
+    say "\$ CUDA_VISIBLE_DEVICES=${uuids[$member]} ${env_common[*]} VLLM_PORT=$internal $vllm ${words[*]} ${extra[*]}"
+    env CUDA_VISIBLE_DEVICES="${uuids[$member]}" "${env_common[@]}" VLLM_PORT="$internal" \
+      setsid "$vllm" "${words[@]}" "${extra[@]}" >"$out/vllm-group-$([ "$member" = 0 ] && echo leader || echo follower).log" 2>&1 &
+    put "$([ "$member" = 0 ] && echo serve_pid || echo follower_pid)" "$!"
   done
+  if gate vllm_group "$port" "$deadline" "$version" "$started" "$out/vllm-group-leader.log"; then
+    ready_ms=$(($(now_ms) - started))
+    cp "$work/vllm_group.json" "$out/vllm_group.json"
+    # a member lost: how soon the leader's /health stops answering 200 (the real engine on the CPU: at once)
+    kill -KILL -- "-$(get follower_pid)" 2>/dev/null || true
+    lost=$("$apy" - "$port" <<'PY'
+import sys, time, urllib.request
+started = time.monotonic()
+while time.monotonic() - started < 30:
+    try:
+        status = urllib.request.urlopen("http://127.0.0.1:%s/health" % sys.argv[1], timeout=2).status
+    except Exception as exc:  # an HTTP error, a refused or reset connection: no longer 200
+        status = getattr(exc, "code", type(exc).__name__)
+    if status != 200:
+        print("%s after %.1f s" % (status, time.monotonic() - started))
+        break
+    time.sleep(0.2)
+else:
+    print("still 200 after 30 s")
+PY
+)
+    result vllm_group ok "two members on GPUs ${uuids[0]} and ${uuids[1]}, tensor parallel 2 across them: ready $((ready_ms / 1000)).$(((ready_ms % 1000) / 100)) s after the start, one-token completion $(jget "$work/vllm_group.json" 'r["completion_ms"]') ms (engine_ready); follower killed: the leader's /health $lost"
+  fi
   stop_server
 }
 
 # --- run them ----------------------------------------------------------------------------------
 say "ansible: ${ansible_bin:-none}; python for modules: $apy"
 failed_steps=()
-for step in gpu_probe gpu_compute engine_node vllm_serve; do
+for step in gpu_probe gpu_compute engine_node vllm_serve vllm_group; do
   # each step in a subshell with -e in force (not in an `||` list, where bash would ignore -e):
   # an unexpected error ends that step, not the check
   set +e
@@ -432,7 +526,7 @@ for step in gpu_probe gpu_compute engine_node vllm_serve; do
   fi
   stop_server
 done
-for step in gpu_probe gpu_compute engine_node kernel_check vllm_serve; do
+for step in gpu_probe gpu_compute engine_node kernel_check vllm_serve vllm_group; do
   [ "$(get "status_$step")" = failed ] && failed_steps+=("$step")
 done
 

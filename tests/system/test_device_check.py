@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 SCRIPT = REPO / "tools" / "device_check.sh"
 CASE = REPO / "tests" / "fixtures" / "nvidia-smi" / "h200-580"
-STEPS = ("gpu_probe", "gpu_compute", "engine_node", "kernel_check", "vllm_serve")
+STEPS = ("gpu_probe", "gpu_compute", "engine_node", "kernel_check", "vllm_serve", "vllm_group")
 
 
 def closed_port_url():
@@ -77,7 +77,7 @@ def test_here_without_a_gpu_it_says_what_it_skipped(tmp_path):
     steps, result = summary(out)
     assert proc.stdout.rstrip().endswith((out / "summary.txt").read_text().rstrip())  # printed, too
     assert steps["gpu_probe"][0] == "ok" and steps["gpu_probe"][1].startswith("no GPU here (gpu_probe: no nvidia-smi")
-    for step in ("gpu_compute", "engine_node", "vllm_serve"):
+    for step in ("gpu_compute", "engine_node", "vllm_serve", "vllm_group"):
         assert steps[step][0] == "skipped" and "no GPU here" in steps[step][1], steps[step]
     assert steps["kernel_check"] == ("skipped", "no environment built (engine_node skipped)")
     assert result == "result: ok (nothing that could run failed)"
@@ -93,7 +93,7 @@ def test_without_ansible_core_every_step_says_so(tmp_path):
     proc, _seconds = run([str(out)], base_env(DEVICE_CHECK_ANSIBLE_BIN=str(empty)))
     assert proc.returncode == 0, proc.stdout[-3000:]
     steps, result = summary(out)
-    for step in ("gpu_probe", "gpu_compute", "engine_node", "vllm_serve"):
+    for step in ("gpu_probe", "gpu_compute", "engine_node", "vllm_serve", "vllm_group"):
         assert steps[step][0] == "skipped" and steps[step][1].startswith("no ansible-core here (%s; " % empty), steps[step]
     assert result == "result: ok (nothing that could run failed)"
 
@@ -139,6 +139,7 @@ def test_on_a_gpu_machine_every_step_that_can_run_runs(tmp_path, fake_gpu_machin
                         r"[\d.]+ ms \(engine_ready\)", detail), detail
     gate = json.loads((out / "vllm_serve.json").read_text())
     assert gate["ready"] is True and gate["models"] == ["tiny-random"]
+    assert steps["vllm_group"] == ("skipped", "1 GPU here: a model group of two members needs two")
     assert "Starting vLLM API server on http://127.0.0.1:" in (out / "vllm-serve.log").read_text()
     # the server is stopped: its port no longer answers
     port = int(re.search(r"--port (\d+)", (out / "device_check.log").read_text()).group(1))
@@ -156,6 +157,7 @@ def test_a_step_that_fails_fails_the_check_and_is_named(tmp_path, fake_gpu_machi
     assert steps["gpu_compute"][0] == "failed" and steps["gpu_compute"][1].startswith(
         "no_kernel_image at torch computing on GPU 0: RuntimeError: CUDA error: no kernel image")
     assert steps["vllm_serve"] == ("failed", "vllm serve exited (1) before it was ready: RuntimeError: fake start failure")
+    assert steps["vllm_group"][0] == "skipped"
     assert steps["gpu_probe"][0] == "ok"
 
 
@@ -168,3 +170,32 @@ def test_without_transformers_the_model_is_not_made_and_it_says_why(tmp_path, fa
     steps, _result = summary(out)
     assert steps["vllm_serve"] == ("skipped", "cannot make the tiny model: %s has no transformers (DEVICE_CHECK_MODEL_DIR)"
                                    % fake_gpu_machine["DEVICE_CHECK_PYTHON"])
+
+
+def test_with_two_gpus_a_model_group_of_two_members_is_served_and_a_lost_member_seen(tmp_path, fake_gpu_machine):
+    """The multi-GPU case (the captured 8 x H100, two of them seen by the fake torch): the follower runs headless on
+    the second GPU, the leader serves on the first and passes the gate; killing the follower turns the leader's
+    /health to 503 (the fake does what the real engine does with tensor parallel across nodes)."""
+    out = tmp_path / "out"
+    two = dict(fake_gpu_machine, FAKE_NVIDIA_SMI_CASE=str(REPO / "tests" / "fixtures" / "nvidia-smi" / "8xh100-580"),
+               FAKE_TORCH_GPUS="NVIDIA H100 80GB HBM3=9.0;NVIDIA H100 80GB HBM3=9.0")
+    proc, _seconds = run([str(out)], base_env(FAKE_TORCH_CUDA="ok", **two))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps, result = summary(out)
+    assert result == "result: ok (nothing that could run failed)"
+    status, detail = steps["vllm_group"]
+    assert status == "ok", detail
+    gpus = json.loads((out / "gpu_probe.json").read_text())["gpus"]
+    assert re.fullmatch(r"two members on GPUs %s and %s, tensor parallel 2 across them: ready \d+\.\d s after the"
+                        r" start, one-token completion [\d.]+ ms \(engine_ready\); follower killed: the leader's"
+                        r" /health 503 after \d+\.\d s" % (gpus[0]["uuid"], gpus[1]["uuid"]), detail), detail
+    follower = (out / "vllm-group-follower.log").read_text()
+    assert "Launching vLLM headless multiproc executor, rank 1 of 2" in follower
+    assert "Starting vLLM API server" not in follower
+    assert "rank 1 joined" in (out / "vllm-group-leader.log").read_text()
+    log = (out / "device_check.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=%s VLLM_HOST_IP=127.0.0.1 GLOO_SOCKET_IFNAME=lo" % gpus[1]["uuid"] in log
+    # both members are stopped: nothing answers on the leader's port
+    port = int(re.search(r"--node-rank 0 .*--port (\d+)", log).group(1))
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

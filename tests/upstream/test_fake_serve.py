@@ -649,3 +649,82 @@ def test_as_many_gpus_as_it_sees_serves(serve):
     port = free_port()
     vllm = serve(*listen_args(port), "-tp", "2", CUDA_VISIBLE_DEVICES=UUIDS + ",GPU-extra", FAKE_TORCH_GPUS=TWO_GPUS)
     vllm.wait_ready(port)
+
+
+def group_args(kind, rank, store):
+    """The words a member of a two-node group gets (as plugins/plugin_utils/_service_groups.py renders them)."""
+    if kind == "data":
+        words = ["--data-parallel-size", "2", "--data-parallel-size-local", "1", "--data-parallel-address",
+                 "127.0.0.1", "--data-parallel-rpc-port", str(store)] + (["--data-parallel-start-rank", "1"] if rank else [])
+    else:
+        words = (["--tensor-parallel-size", "2"] if kind == "tensor" else
+                 ["--tensor-parallel-size", "1", "--pipeline-parallel-size", "2"])
+        words += ["--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(store)]
+    return words + (["--headless"] if rank else [])
+
+
+def start_group(serve, kind, port, **env):
+    store = free_port()
+    leader = serve(*listen_args(port), *group_args(kind, 0, store), FAKE_TORCH_GPUS=TWO_GPUS, **env)
+    leader.wait_for_output("waiting for 1 follower(s) on 127.0.0.1:%d" % store)
+    assert refused(port)  # no API before the followers have come
+    follower = serve(MODEL, *group_args(kind, 1, store), FAKE_TORCH_GPUS=TWO_GPUS, **env)
+    leader.wait_ready(port)
+    assert complete(port)[0] == 200
+    follower.wait_for_output("Launching vLLM headless multiproc executor, rank 1 of 2")
+    assert "Starting vLLM API server" not in follower.stdout()
+    return leader, follower, store
+
+
+def test_a_tensor_parallel_group_dies_with_a_follower_as_the_real_engine_does(serve):
+    port = free_port()
+    leader, follower, _store = start_group(serve, "tensor", port)
+    follower.proc.kill()
+    follower.wait()
+    deadline = time.monotonic() + 10
+    while call(port, "GET", "/health")[0] == 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert call(port, "GET", "/health")[0] == 503
+    status, body = complete(port)
+    assert status == 500 and body["error"]["type"] == "EngineDeadError"
+    assert leader.wait() == 1
+    assert "Worker proc of rank 1 died unexpectedly" in leader.stderr()
+
+
+@pytest.mark.parametrize("kind", ["pipeline", "data"])
+def test_a_pipeline_or_data_parallel_group_keeps_its_health_and_hangs_without_a_follower(serve, kind):
+    port = free_port()
+    leader, follower, _store = start_group(serve, kind, port, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="1.5")
+    follower.proc.kill()
+    follower.wait()
+    deadline = time.monotonic() + 10
+    while "Worker proc of rank 1 died unexpectedly" not in leader.stderr():  # logged as an error, on stderr
+        assert time.monotonic() < deadline, leader.stderr()
+        time.sleep(0.02)
+    assert call(port, "GET", "/health")[0] == 200
+    results = []
+    for _ in range(2):
+        started = time.monotonic()
+        results.append((complete(port)[0], time.monotonic() - started >= 1.4))
+    # pipeline: every completion hangs and fails; data: the one routed to the dead copy (one of two)
+    assert results == ([(500, True), (500, True)] if kind == "pipeline" else [(500, True), (200, False)])
+    assert leader.proc.poll() is None
+
+
+def test_a_follower_leaves_when_its_leader_is_gone_and_a_bad_group_is_refused(serve):
+    port = free_port()
+    leader, follower, _store = start_group(serve, "tensor", port)
+    leader.proc.kill()
+    leader.wait()
+    assert follower.wait() == 1
+    assert "the leader 127.0.0.1:" in follower.stderr() + follower.stdout()
+    # a rank outside the group, and --headless on the leader's rank, are refused before anything binds
+    store = free_port()
+    for words, says in ((["--nnodes", "2", "--node-rank", "2", "--master-port", str(store), "--headless",
+                          "-tp", "2"], "`--node-rank` must be between 0 and 1"),
+                        (["--nnodes", "2", "--node-rank", "0", "--master-port", str(store), "--headless", "-tp", "2"],
+                         "--headless needs a node rank above 0")):
+        bad = serve(MODEL, *words, FAKE_TORCH_GPUS=TWO_GPUS)
+        assert bad.wait() == 1 and says in bad.stderr()
+        assert refused(store)

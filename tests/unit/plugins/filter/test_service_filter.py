@@ -371,6 +371,7 @@ def test_units():
         "gpus": None,
         "vllm_port": 20000,
         "tensor_parallel_size": 1,
+        "group": None,
     }
     assert directives(text) == [
         ("Type", "exec"),

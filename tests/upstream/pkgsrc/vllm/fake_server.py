@@ -94,6 +94,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # vllm/version.py is written by the builder (tests/upstream/builder.py)
+from vllm import fake_group
 from vllm.version import __version__  # pylint: disable=no-name-in-module
 
 DEFAULT_MAX_MODEL_LEN = 4096
@@ -133,6 +134,16 @@ def _parser():
     parser.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1, help="number of pipeline stages")
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1, help="number of data parallel replicas")
     parser.add_argument("--dtype", choices=DTYPES, default="auto", help="model weights data type")
+    # vLLM's own multi-node mode (no Ray): the leader (rank 0) serves the API, the others run --headless
+    parser.add_argument("--nnodes", "-n", type=int, default=1, help="number of nodes the model spans")
+    parser.add_argument("--node-rank", "-r", type=int, default=0, help="this node's rank")
+    parser.add_argument("--master-addr", default="127.0.0.1", help="the leader's address (torch's store)")
+    parser.add_argument("--master-port", type=int, default=29501, help="the leader's port (torch's store)")
+    parser.add_argument("--headless", action="store_true", help="no API server: a follower of a multi-node model")
+    parser.add_argument("--data-parallel-size-local", "-dpl", type=int, default=None, help="data parallel ranks here")
+    parser.add_argument("--data-parallel-address", "-dpa", default=None, help="the data parallel coordinator's address")
+    parser.add_argument("--data-parallel-rpc-port", "-dpp", type=int, default=29550, help="its port")
+    parser.add_argument("--data-parallel-start-rank", "-dpr", type=int, default=0, help="this node's first DP rank")
     parser.add_argument("--api-key", default=None, help="require this key in 'Authorization: Bearer' on /v1")
     parser.add_argument("--revision", default=None, help="the model's revision on the hub (branch, tag or commit)")
     parser.add_argument("--tokenizer-revision", default=None, help="the tokenizer's revision (default: --revision)")
@@ -217,6 +228,7 @@ class App:
         # set on SIGTERM/SIGINT: new completions get vLLM 0.32.0's 500 (its engine's executor is shut down)
         self.stopping = False
         self.ttft = []  # seconds to the first token of each completion served
+        self.group = None  # the leader's followers (fake_group.Leader) when the model spans nodes
 
     def authorized(self, header):
         """Whether a /v1 request with this Authorization header may pass."""
@@ -254,6 +266,12 @@ class App:
                           "BadRequestError", "max_tokens")
         if self.stopping:
             return _error(500, SHUTDOWN_MESSAGE, "InternalServerError")
+        fault = self.group.completion_fault() if self.group else None
+        if fault == "hang":
+            time.sleep(fake_group.execute_timeout())
+        if fault:
+            return _error(500, "EngineCore encountered an issue: a worker of rank %s died" % self.group.lost,
+                          "EngineDeadError")
         request_id = "cmpl-" + uuid.uuid4().hex
         if self.log_requests:
             _log("INFO", "logger.py:41", "Received request %s: prompt: %r, params: SamplingParams(max_tokens=%d)"
@@ -322,7 +340,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(401, {"error": "Unauthorized"})
             return
         routes = {
-            "/health": {"GET": lambda: (200, None)},
+            "/health": {"GET": lambda: (app.group.health() if app.group else 200, None)},
             "/version": {"GET": app.version},
             "/metrics": {"GET": app.metrics},
             "/v1/models": {"GET": app.models},
@@ -459,6 +477,16 @@ def _serve(server, signals, args, die_after):
     thread.start()
     _log("INFO", "api_server.py:1912", "Starting vLLM API server on %s" % _url(args.host, server.server_port))
     _log("INFO", "launcher.py:46", "Application startup complete.")
+    group = server.app.group
+    while group is not None and group.kind == "tensor" and not signals.received:
+        if group.lost is not None:
+            time.sleep(1.0)
+            _log("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
+            server.shutdown()
+            server.server_close()
+            group.close()
+            return 1
+        time.sleep(_TICK)
     if die_after is not None and not signals.sleep(die_after):
         _log("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
         _log("ERROR", "async_llm.py:480", "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue "
@@ -467,7 +495,10 @@ def _serve(server, signals, args, die_after):
         server.server_close()
         return 1
     signals.sleep(None)
-    return _shutdown(server, signals, args.shutdown_timeout)
+    status = _shutdown(server, signals, args.shutdown_timeout)
+    if group is not None:
+        group.close()
+    return status
 
 
 def _load_and_serve(args, load_seconds, completion_seconds, failure):
@@ -475,6 +506,21 @@ def _load_and_serve(args, load_seconds, completion_seconds, failure):
     mode, die_after = failure
     signals = _Signals()
     signals.install()
+    if args.headless:
+        return fake_group.follow(args, signals, _log)
+    group = None
+    if fake_group.kind(args):
+        try:
+            group = fake_group.Leader(args, _log)
+        except OSError as exc:
+            _log("ERROR", "tcp_store.py:120", "the store cannot listen on %s:%d: %s"
+                 % (fake_group.where(args) + (exc.strerror or str(exc),)))
+            return 1
+        _log("INFO", "multiproc_executor.py:98", "waiting for %d follower(s) on %s:%d"
+             % ((group.expected,) + fake_group.where(args)))
+        if not group.wait(signals):
+            group.close()
+            return 0
     _log("INFO", "gpu_model_runner.py:2602", "Loading model %s ..." % args.model)
     if signals.sleep(None if mode == "hang" else load_seconds):
         _log("INFO", "launcher.py:80", "Shutting down on %s while loading the model" % signals.name())
@@ -483,7 +529,9 @@ def _load_and_serve(args, load_seconds, completion_seconds, failure):
         _start_failure()
         return 1
     try:
-        server = Server(args.host, args.port, App(args, completion_seconds))
+        app = App(args, completion_seconds)
+        app.group = group
+        server = Server(args.host, args.port, app)
     except OSError as exc:
         _log("ERROR", "launcher.py:40", "[Errno %s] error while attempting to bind on address %r: %s"
              % (exc.errno, (args.host, args.port), (exc.strerror or str(exc)).lower()))
@@ -503,7 +551,7 @@ def main(argv=None):
         return 1
     _log("INFO", "api_server.py:1839", "vLLM API server version %s" % __version__)
     _log("INFO", "utils.py:326", "args: %s" % {k: v for k, v in sorted(vars(args).items()) if k != "api_key"})
-    problem = _placement(args, os.environ)
+    problem = _placement(args, os.environ) or fake_group.problem(args)
     if problem:
         sys.stderr.write(problem + "\n")
         return 1
@@ -546,8 +594,11 @@ def _placement(args, environ):
          " pipeline_parallel_size=%d data_parallel_size=%d"
          % (environ.get("CUDA_VISIBLE_DEVICES", "-"), environ.get("VLLM_PORT", "-"), args.tensor_parallel_size,
             args.pipeline_parallel_size, args.data_parallel_size))
-    world = args.tensor_parallel_size * args.pipeline_parallel_size * args.data_parallel_size
+    world = fake_group.local_world(args)
     visible = visible_gpus(environ)
+    if visible is not None and world > visible and fake_group.kind(args):
+        return ("ValueError: this node's share of the world (%d) is larger than the number of available GPUs (%d)"
+                % (world, visible))
     if visible is not None and world > visible:
         return ("ValueError: World size (%d = tensor_parallel_size %d x pipeline_parallel_size %d x data_parallel_size"
                 " %d) is larger than the number of available GPUs (%d): please set tensor_parallel_size to less than"

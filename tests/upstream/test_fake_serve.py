@@ -704,7 +704,7 @@ def test_a_pipeline_or_data_parallel_group_keeps_its_health_and_hangs_without_a_
         time.sleep(0.02)
     assert call(port, "GET", "/health")[0] == 200
     results = []
-    for _ in range(2):
+    for _attempt in range(2):
         started = time.monotonic()
         results.append((complete(port)[0], time.monotonic() - started >= 1.4))
     # pipeline: every completion hangs and fails; data: the one routed to the dead copy (one of two)

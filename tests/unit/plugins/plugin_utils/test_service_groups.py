@@ -53,8 +53,8 @@ def test_each_member_gets_its_rank_the_leaders_address_and_its_own_side_of_the_n
         "group": "big", "rank": 0, "size": 2, "role": "leader", "leader": "a", "leader_address": "10.20.0.1",
         "address": "10.20.0.1", "interface": "eth1", "ib_hca": "", "parallel": "pipeline", "master_port": 29501,
         "rpc_port": 29550, "members": ["a", "b"]}
-    follower = G.member([dict(GROUP, master_port=30000)], "b", dict(hostvars, b=dict(hostvars["b"],
-                                                                         engine_service_group_ib_hca="mlx5_0")))
+    with_hca = dict(hostvars, b=dict(hostvars["b"], engine_service_group_ib_hca="mlx5_0"))
+    follower = G.member([dict(GROUP, master_port=30000)], "b", with_hca)
     assert (follower["rank"], follower["role"], follower["address"], follower["leader_address"],
             follower["master_port"]) == (1, "follower", "10.20.0.2", "10.20.0.1", 30000)
     assert G.member_environment(follower) == {"VLLM_HOST_IP": "10.20.0.2", "GLOO_SOCKET_IFNAME": "ens5f0",

@@ -57,8 +57,8 @@ def problem(args):
         if world % args.nnodes:
             return ("ValueError: `--nnodes %d` must evenly divide the total world size (%d)" % (args.nnodes, world))
         if not 0 <= args.node_rank < args.nnodes:
-            return "ValueError: `--node-rank` must be between 0 and %d; got `--node-rank %d`" % (args.nnodes - 1,
-                                                                                                args.node_rank)
+            return ("ValueError: `--node-rank` must be between 0 and %d; got `--node-rank %d`"
+                    % (args.nnodes - 1, args.node_rank))
     if args.headless and rank(args) == 0:
         return "ValueError: --headless needs a node rank above 0 (rank 0 serves the API)"
     if args.headless and kind(args) is None:

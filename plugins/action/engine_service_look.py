@@ -34,6 +34,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._hfhub import read_kept_lock
 from ansible_collections.llmfleet.engines.plugins.module_utils.hub._lock import is_commit
+from ansible_collections.llmfleet.engines.plugins.plugin_utils import _service_groups
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._node_checks import (
     engine_node_checked_variables,
     engine_node_problems,
@@ -250,6 +251,28 @@ class ActionModule(ActionBase):
             known[name] = value
         return value
 
+    def _groups(self, task_vars, known):
+        """engine_service_model_groups ([] when the role's variables are not there)."""
+        try:
+            return self._variable("engine_service_model_groups", task_vars, known) or []
+        except KeyError:
+            return []
+
+    def _group_problems(self, host, task_vars, known):
+        """What is wrong with the model groups, read across the members (as validate.yml checks it)."""
+        groups = self._groups(task_vars, known)
+        if not groups:
+            return []
+        return _service_groups.group_problems(groups) + _service_groups.member_problems(
+            groups, host, task_vars.get("hostvars") or {})
+
+    def _group(self, host, task_vars, known):
+        """This host's place in its model group (the role's ``__engine_service_group``), or None."""
+        groups = self._groups(task_vars, known)
+        if not groups or self._group_problems(host, task_vars, known):
+            return None
+        return _service_groups.member(groups, host, task_vars.get("hostvars") or {})
+
     def _options(self, task_vars, known):
         """The task's arguments, each one left out taken from the role's variable (``_ROLE``), templated once
         (``known``)."""
@@ -298,6 +321,7 @@ class ActionModule(ActionBase):
                 for name in engine_service_checked_variables(role_options(role._role_path)):
                     self._variable(name, task_vars, values)
                 problems = engine_service_variable_problems(values, (task_vars.get("groups") or {}).get("all") or [])
+                problems += self._group_problems(host, task_vars, values)
                 if problems:
                     result.update(failed=True, msg=variable_problems_message(host, problems))
                     return result
@@ -326,6 +350,7 @@ class ActionModule(ActionBase):
                 variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
                 if "engine_node_package" in task_vars:
                     variables["engine_node_package"] = self._variable("engine_node_package", task_vars, values)
+                variables["group"] = self._group(host, task_vars, values)
             except KeyError as exc:
                 result.update(failed=True, msg="host %s: engine_service_look renders the units from the variable %s"
                                                " of the llmfleet.engines.engine_service role, which is not set: run"
@@ -497,6 +522,7 @@ class ActionModule(ActionBase):
             variables = {name: self._variable(name, task_vars, values) for name in UNIT_VARIABLES}
             if "engine_node_package" in task_vars:
                 variables["engine_node_package"] = self._variable("engine_node_package", task_vars, values)
+            variables["group"] = self._group(host, task_vars, values)
             service_smi = str(self._variable("engine_service_nvidia_smi", task_vars, values) or "")
         except KeyError as exc:
             result.update(failed=True, msg="host %s: engine_service_look renders the units from the variable %s"

@@ -20,6 +20,20 @@ from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks i
     engine_service_variable_problems,
     engine_service_says,
 )
+from ansible_collections.llmfleet.engines.plugins.plugin_utils import _service_groups
+
+
+def engine_service_group_problems(groups, host, hostvars):
+    """What is wrong with ``engine_service_model_groups`` (``groups``), and with the group ``host`` is a member of,
+    read across its members in ``hostvars``; empty when nothing is."""
+    return _service_groups.group_problems(groups) + _service_groups.member_problems(groups, host, hostvars)
+
+
+def engine_service_group_member(groups, host, hostvars):
+    """``host``'s place in its model group (``_service_groups.member``), or None."""
+    if engine_service_group_problems(groups, host, hostvars):
+        return None
+    return _service_groups.member(groups, host, hostvars)
 
 
 class FilterModule:
@@ -32,4 +46,7 @@ class FilterModule:
             "engine_service_checked_variables": engine_service_checked_variables,
             "engine_service_variable_problems": engine_service_variable_problems,
             "engine_service_says": engine_service_says,
+            "engine_service_group_problems": engine_service_group_problems,
+            "engine_service_group_member": engine_service_group_member,
+            "engine_service_rollout_batches": _service_groups.rollout_batches,
         }

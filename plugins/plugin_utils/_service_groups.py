@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import _arg_sets, _port
@@ -98,7 +99,7 @@ def group_problems(groups):
     names, seen_hosts = {}, {}
     for index, group in enumerate(groups):
         item = "%s[%d]" % (VARIABLE, index)
-        if not isinstance(group, dict):
+        if not isinstance(group, Mapping):
             out.append("%s is %s, allowed: a mapping {name, members, parallel, network[, master_port, rpc_port]}"
                        % (item, _json(group)))
             continue
@@ -153,19 +154,19 @@ def group_problems(groups):
 def _group_of(groups, host):
     """``(index, group)`` of the group ``host`` is a member of, or ``(None, None)``."""
     for index, group in enumerate(groups if isinstance(groups, list) else []):
-        if isinstance(group, dict) and isinstance(group.get("members"), list) and host in group["members"]:
+        if isinstance(group, Mapping) and isinstance(group.get("members"), list) and host in group["members"]:
             return index, group
     return None, None
 
 
 def _models(variables):
-    models = variables.get("engine_service_models", []) if isinstance(variables, dict) else []
+    models = variables.get("engine_service_models", []) if isinstance(variables, Mapping) else []
     return models if isinstance(models, list) else []
 
 
 def _entry(variables, name):
     for entry in _models(variables):
-        if isinstance(entry, dict) and entry.get("name") == name:
+        if isinstance(entry, Mapping) and entry.get("name") == name:
             return entry
     return None
 
@@ -173,10 +174,10 @@ def _entry(variables, name):
 def _address(variables, network):
     """The member's address on the group's network: its ``engine_service_group_address``, else its ``ansible_host``
     when that is an address inside ``network``; ``(text, where it came from)``."""
-    given = variables.get(ADDRESS) if isinstance(variables, dict) else None
+    given = variables.get(ADDRESS) if isinstance(variables, Mapping) else None
     if given not in (None, ""):
         return given, ADDRESS
-    host = variables.get("ansible_host") if isinstance(variables, dict) else None
+    host = variables.get("ansible_host") if isinstance(variables, Mapping) else None
     try:
         if network is not None and ipaddress.ip_address(str(host)) in network:
             return str(host), "ansible_host"
@@ -211,7 +212,8 @@ def member_problems(groups, host, hostvars):
             out.append("member %s (rank %d of group %s): variable engine_service_models has no model named %s, allowed:"
                        " every member serves the group's model under its name" % (member, rank, _json(name), _json(name)))
             continue
-        others = sorted(str(e.get("name")) for e in _models(variables) if isinstance(e, dict) and e is not entry)
+        # by name: hostvars gives a new copy of the list at each read
+        others = sorted(str(e.get("name")) for e in _models(variables) if isinstance(e, Mapping) and e.get("name") != name)
         if others:
             out.append("member %s (rank %d of group %s): variable engine_service_models serves %s beside it, allowed:"
                        " the group's model alone (a group's rollout stops and switches the whole node)"
@@ -241,7 +243,7 @@ def member_problems(groups, host, hostvars):
                        % (member, rank, _json(name), _json(name), ", ".join(owned)))
         for env_where, env in (("engine_service_environment", variables.get("engine_service_environment")),
                                ("engine_service_models (model %s) environment" % _json(name), entry.get("environment"))):
-            both = sorted(set(env) & set(OWNED_ENVIRONMENT)) if isinstance(env, dict) else []
+            both = sorted(set(env) & set(OWNED_ENVIRONMENT)) if isinstance(env, Mapping) else []
             if both:
                 out.append("member %s (rank %d of group %s): variable %s sets %s, which the group sets itself (from %s,"
                            " %s and %s)" % (member, rank, _json(name), env_where, ", ".join(both), ADDRESS, INTERFACE,

@@ -372,7 +372,8 @@ UNIT_VARIABLES = (
 def rendered_units(variables, environment, locks, gpus):
     """The units the role renders (its ``__engine_service_rendered``, vars/main.yml, what compare.yml compares
     with the node) for ``environment``, ``locks`` and ``gpus``: :func:`engine_service_units`, called with the role's
-    variables (``variables``: each of :data:`UNIT_VARIABLES`, and ``engine_node_package`` if set) as that expression
+    variables (``variables``: each of :data:`UNIT_VARIABLES`, ``engine_node_package`` if set, and ``group``, the host's
+    place in its model group, ``__engine_service_group``, if it has one) as that expression
     passes them. The engine_service_look action calls it rather than templating the expression: a template naming a
     filter of the collection makes Ansible load every filter file of the collection in the worker, in each look
     (30 ms of its 50). The unit tests render the role's own expression and this side by side, for each variable it
@@ -386,4 +387,4 @@ def rendered_units(variables, environment, locks, gpus):
         ready_timeout=v["engine_service_ready_timeout"], limit_nofile=v["engine_service_limit_nofile"],
         secrets_dir=v["engine_service_secrets_dir"], api_key=len(v["engine_service_api_key"]) > 0, locks=locks,
         access_log=boolean(v["engine_service_access_log"], strict=False), gpus=gpus,
-        launcher=v["engine_service_launcher"], package=v.get("engine_node_package", "vllm"))
+        launcher=v["engine_service_launcher"], package=v.get("engine_node_package", "vllm"), group=v.get("group"))

@@ -35,7 +35,8 @@ for _plugin in ("engine_service_checks", "engine_service_units", "engine_service
 for _elsewhere in ("engine_service_seconds_problem", "engine_service_stage_space",
                    "engine_service_state", "engine_service_saved_units", "engine_service_changed_units", "engine_service_stage_jobs",
                    "engine_service_kept_locks", "engine_service_in_use", "engine_service_readiness",
-                   "engine_service_rollout_may", "engine_service_checked_variables"):
+                   "engine_service_rollout_may", "engine_service_checked_variables", "engine_service_group_problems",
+                   "engine_service_group_member", "engine_service_rollout_batches"):
     del F[_elsewhere]
 QWEN = {"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}
 ENV = "0.20.0-cu13"

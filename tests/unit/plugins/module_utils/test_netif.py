@@ -68,3 +68,18 @@ def test_an_interface_and_address_are_checked_against_the_node(namespace):
 def test_a_word_that_is_no_address_is_said_so():
     assert _netif.interface_problem("lo", "gpu-a.example", found={"lo": ["127.0.0.1"]}) == \
         "gpu-a.example is not an IP address"
+
+
+def test_the_module_lists_the_addresses_and_refuses_an_interface_without_the_address(capsys):
+    from ansible_collections.llmfleet.engines.plugins.modules import net_address_info
+    from tests.unit.plugins.lookup_fakes import run_module
+
+    code, result, _out = run_module(net_address_info.main, {}, capsys)
+    assert code == 0 and result["changed"] is False and "127.0.0.1" in result["interfaces"]["lo"]
+    code, result, _out = run_module(net_address_info.main, {"interface": "lo", "address": "127.0.0.1"}, capsys)
+    assert code == 0, result
+    code, result, _out = run_module(net_address_info.main, {"interface": "lo", "address": "10.20.0.9"}, capsys)
+    assert code == 1 and result["failed"] is True
+    assert result["msg"].startswith("interface lo and address 10.20.0.9: interface lo of this node has 127.0.0.1")
+    code, result, _out = run_module(net_address_info.main, {"interface": "lo"}, capsys)
+    assert code == 1 and "parameters are required together: interface, address" in result["msg"]

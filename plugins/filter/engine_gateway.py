@@ -194,7 +194,7 @@ def _model_problems(models, metrics_port):
 def engine_gateway_fleet(hostvars, hosts):
     """The serving nodes among ``hosts`` (inventory names), read from ``hostvars``: a list of ``{host, address,
     listen, models: [{name, port}]}``, for the hosts whose engine_service_models is a non-empty list, in the order
-    of ``hosts``. ``address`` is the host's ``engine_gateway_address``, else its ``ansible_host``, else its name;
+    of ``hosts``; a model group's model (engine_service_model_groups) only on its leader. ``address`` is the host's ``engine_gateway_address``, else its ``ansible_host``, else its name;
     ``listen`` its engine_service_host (where vLLM listens; 127.0.0.1 by default)."""
     out = []
     for host in hosts or []:
@@ -204,6 +204,12 @@ def engine_gateway_fleet(hostvars, hosts):
             raise AnsibleFilterError("engine_gateway_fleet: %s is not a host of the inventory" % _json(host))
         models = variables.get("engine_service_models") or []
         if not isinstance(models, list) or not models:
+            continue
+        # a model group's follower has no API server: the group's one server is its leader
+        followed = {g.get("name") for g in variables.get("engine_service_model_groups") or []
+                    if isinstance(g, dict) and isinstance(g.get("members"), list) and host in g["members"][1:]}
+        models = [m for m in models if not (isinstance(m, dict) and m.get("name") in followed)]
+        if not models:
             continue
         address = variables.get("engine_gateway_address") or variables.get("ansible_host") or host
         out.append({

@@ -65,6 +65,15 @@ def test_the_fleet_is_the_hosts_with_models_in_inventory_order_reached_at_their_
         fleet_of(HOSTVARS, ["ghost"])
 
 
+def test_a_model_group_is_one_server_its_leader():
+    groups = [{"name": "qwen", "members": ["node-2", "node-1"], "parallel": "tensor", "network": "10.0.0.0/24"}]
+    hostvars = {host: dict(variables, engine_service_model_groups=groups) for host, variables in HOSTVARS.items()}
+    assert fleet_of(hostvars, ["node-1", "node-2"]) == [
+        {"host": "node-1", "address": "10.0.0.11", "listen": "0.0.0.0", "models": [{"name": "small", "port": 8001}]},
+        {"host": "node-2", "address": "10.0.0.12", "listen": "10.0.0.12", "models": [{"name": "qwen", "port": 8000}]},
+    ]
+
+
 def test_each_model_has_a_frontend_on_its_port_and_a_backend_of_every_node_that_serves_it():
     text = render()
     assert "frontend llmfleet_qwen\n    bind 0.0.0.0:9000\n    default_backend llmfleet_qwen\n" in text

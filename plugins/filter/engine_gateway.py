@@ -194,8 +194,9 @@ def _model_problems(models, metrics_port):
 def engine_gateway_fleet(hostvars, hosts):
     """The serving nodes among ``hosts`` (inventory names), read from ``hostvars``: a list of ``{host, address,
     listen, models: [{name, port}]}``, for the hosts whose engine_service_models is a non-empty list, in the order
-    of ``hosts``; a model group's model (engine_service_model_groups) only on its leader. ``address`` is the host's ``engine_gateway_address``, else its ``ansible_host``, else its name;
-    ``listen`` its engine_service_host (where vLLM listens; 127.0.0.1 by default)."""
+    of ``hosts``; a model group's model (engine_service_model_groups) only on its leader. ``address`` is the host's
+    ``engine_gateway_address``, else its ``ansible_host``, else its name; ``listen`` its engine_service_host (where
+    vLLM listens; 127.0.0.1 by default)."""
     out = []
     for host in hosts or []:
         try:

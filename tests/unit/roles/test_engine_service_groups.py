@@ -32,9 +32,9 @@ def run(tmp_path, b_models=None):
         }}}
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     play = [{"hosts": "all", "gather_facts": False, "tasks": [
-        {"name": "Validate", "ansible.builtin.import_role": {"name": "llmfleet.engines.engine_service",
-                                                              "tasks_from": "validate", "rolespec_validate": False,
-                                                              "public": True}},
+        {"name": "Validate", "ansible.builtin.import_role": {
+            "name": "llmfleet.engines.engine_service", "tasks_from": "validate", "rolespec_validate": False,
+            "public": True}},
         # what the role renders for each host (its vars/main.yml), for a new environment with the pin's lock
         {"name": "Show the units", "ansible.builtin.debug": {"var": "__engine_service_rendered"},
          "vars": {"__engine_service_env": "0.32.0-cpu", "__engine_service_model_locks": {

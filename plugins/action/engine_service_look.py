@@ -154,7 +154,9 @@ def survey_args(args):
         units.append({"unit": unit["unit"], "name": unit["name"], "text": unit["text"], "url": unit["url"],
                       "environment_file": unit["environment_file"],
                       "secret_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                      "api_key": model.get("api_key") or api_key or None})
+                      "api_key": model.get("api_key") or api_key or None,
+                      # a model group's follower has no API: its unit's state stands for it, the leader's gate for the group
+                      "gate": (unit.get("group") or {}).get("role") != "follower"})
     snapshots = [{"lock": locks[pin["key"]]} for pin in args.get("pins") or []]
     in_use = sorted(set([s["lock"]["commit"] for s in snapshots]
                         + [u["commit"] for u in args.get("units") or [] if u.get("commit")]))

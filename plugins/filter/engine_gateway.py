@@ -191,6 +191,13 @@ def _model_problems(models, metrics_port):
     return out
 
 
+def _followed(variables, host):
+    """The models ``host`` serves as a follower of a model group (engine_service_model_groups): a follower has no API
+    server, the group's one server on a gateway is its leader."""
+    return {g.get("name") for g in variables.get("engine_service_model_groups") or []
+            if isinstance(g, dict) and isinstance(g.get("members"), list) and host in g["members"][1:]}
+
+
 def engine_gateway_fleet(hostvars, hosts):
     """The serving nodes among ``hosts`` (inventory names), read from ``hostvars``: a list of ``{host, address,
     listen, models: [{name, port}]}``, for the hosts whose engine_service_models is a non-empty list, in the order
@@ -206,9 +213,7 @@ def engine_gateway_fleet(hostvars, hosts):
         models = variables.get("engine_service_models") or []
         if not isinstance(models, list) or not models:
             continue
-        # a model group's follower has no API server: the group's one server is its leader
-        followed = {g.get("name") for g in variables.get("engine_service_model_groups") or []
-                    if isinstance(g, dict) and isinstance(g.get("members"), list) and host in g["members"][1:]}
+        followed = _followed(variables, host)
         models = [m for m in models if not (isinstance(m, dict) and m.get("name") in followed)]
         if not models:
             continue
@@ -360,12 +365,16 @@ def engine_gateway_drains(hostvars, gateways, host, units):
     engine_gateway_fleet holds ``host``, ``{gateway, socket, servers}`` with ``servers`` the ``<backend>/<host>`` of
     the models of ``units`` (``llmfleet-vllm-<name>.service``) that the gateway fronts, and the gateway's state file
     (saved after each change, so that a reload of the gateway keeps a drain) and the record of the rollout's drains
-    (``mark``); gateways with none left out. ``host`` None: every gateway of ``gateways``, ``servers`` empty."""
+    (``mark``); gateways with none left out, and a model ``host`` serves as a model group's follower (it has no server
+    there). ``host`` None: every gateway of ``gateways``, ``servers`` empty."""
     names = []
     for unit in units or []:
         unit = str(unit)
         if unit.startswith("llmfleet-vllm-") and unit.endswith(".service"):
             names.append(unit[len("llmfleet-vllm-"):-len(".service")])
+    if host is not None and host in hostvars:
+        followed = _followed(hostvars[host], host)
+        names = [name for name in names if name not in followed]
     out = []
     for gateway in gateways or []:
         try:

@@ -49,4 +49,5 @@ class FilterModule:
             "engine_service_group_problems": engine_service_group_problems,
             "engine_service_group_member": engine_service_group_member,
             "engine_service_rollout_batches": _service_groups.rollout_batches,
+            "engine_service_group_settled": _service_groups.group_settled,
         }

@@ -68,6 +68,12 @@ options:
         description: The unit's secret file.
         type: path
         required: true
+      gate:
+        description:
+          - Whether the unit is judged by the readiness gate. V(false) for a model group's follower, which has no API
+            server - its unit must be V(active) (the group's gate is its leader's).
+        type: bool
+        default: true
       secret_sha256:
         description: The SHA-256 (hex) of what the secret file must hold.
         type: str
@@ -298,6 +304,7 @@ def main():
                 environment_file=dict(type="path", required=True),
                 secret_sha256=dict(type="str", required=True, no_log=False),
                 api_key=dict(type="str", no_log=True),
+                gate=dict(type="bool", default=True),
             )),
             unit_dir=dict(type="path", default="/etc/systemd/system"),
             unit_prefix=dict(type="str", default="llmfleet-vllm-"),

@@ -367,3 +367,18 @@ def rollout_batches(hosts, groups, serial=("1", "25%")):
         order += batch
         sizes.append(len(batch))
     return order, sizes
+
+
+def group_settled(groups, host, hostvars):
+    """Whether ``host`` may end its play as settled by the look: a host in no group by its own look
+    (``engine_service_result.settled``), a member only when every member's look found it settled - a group rolls as
+    one, so that one member's change takes every member into the rollout."""
+    def settled(name):
+        variables = hostvars[name] if name in hostvars else {}
+        result = variables.get("engine_service_result") if isinstance(variables, Mapping) else None
+        return bool(isinstance(result, Mapping) and result.get("settled"))
+
+    _index, group = _group_of(groups, host)
+    if group is None:
+        return settled(host)
+    return all(settled(member) for member in group["members"])

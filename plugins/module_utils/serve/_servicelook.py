@@ -331,8 +331,9 @@ class Look:
     def _states(self):
         """In check mode (no gate) the units' states are read here, in one call; otherwise each gate
         reads its unit's (``_gates``)."""
-        names = [u["unit"] for u in self.p["units"]]
-        if not names or not self.check_mode:
+        # every unit in check mode; otherwise those no gate reads (a model group's follower has no API)
+        names = [u["unit"] for u in self.p["units"] if self.check_mode or not u.get("gate", True)]
+        if not names:
             return
         argv = [self.systemctl, "show"]
         for prop in SHOW_PROPERTIES:
@@ -400,6 +401,8 @@ class Look:
         if self.check_mode:
             return
         for unit in self.p["units"]:
+            if not unit.get("gate", True):
+                continue
             gate = self.gate_factory(
                 self.client, unit["url"], unit["name"], version=self.p["version"] or None,
                 unit=_ready.Unit(self.run, unit["unit"], self.systemctl, self.journalctl),

@@ -140,7 +140,7 @@ def test_each_unit_is_sent_with_the_digest_of_its_secret_file_and_no_secret_but_
     for unit in out["units"]:
         text = engine_service_secret_file(by_name[unit["name"]], GLOBAL_KEY, HF_TOKEN, {"WANDB_API_KEY": WANDB})
         assert unit["secret_sha256"] == hashlib.sha256(text.encode("utf-8")).hexdigest()
-        assert sorted(unit) == ["api_key", "environment_file", "name", "secret_sha256", "text", "unit", "url"]
+        assert sorted(unit) == ["api_key", "environment_file", "gate", "name", "secret_sha256", "text", "unit", "url"]
     rendered = {u["unit"]: u for u in args["units"]}
     assert [(u["unit"], u["name"], u["text"], u["url"], u["environment_file"]) for u in out["units"]] == [
         (u, rendered[u]["name"], rendered[u]["text"], rendered[u]["url"], rendered[u]["environment_file"])

@@ -290,6 +290,11 @@ def test_a_rollout_drains_the_servers_of_the_units_that_stop_on_the_gateways_tha
         ("gw2", "/run/gw2.sock", "/var/lib/llmfleet-gateway/rollout-drained.json", [])]
     assert drains(hostvars, [], "node-1", units) == []
     assert drains(hostvars, ["gw2"], "node-1", ["llmfleet-vllm-qwen.service"]) == []
+    # a follower of a model group has no server to drain for the group's model; its leader has
+    groups = [{"name": "qwen", "members": ["node-2", "node-1"], "parallel": "tensor", "network": "10.0.0.0/24"}]
+    grouped = {host: dict(variables, engine_service_model_groups=groups) for host, variables in hostvars.items()}
+    assert [d["servers"] for d in drains(grouped, ["gw", "gw2"], "node-1", units)] == [["llmfleet_small/node-1"]]
+    assert [d["servers"] for d in drains(grouped, ["gw3"], "node-2", units)] == [["llmfleet_qwen/node-2"]]
     with pytest.raises(AnsibleFilterError, match="the gateway \"ghost\" is not a host"):
         drains(hostvars, ["ghost"], "node-1", units)
 

@@ -36,7 +36,7 @@ for _elsewhere in ("engine_service_seconds_problem", "engine_service_stage_space
                    "engine_service_state", "engine_service_saved_units", "engine_service_changed_units", "engine_service_stage_jobs",
                    "engine_service_kept_locks", "engine_service_in_use", "engine_service_readiness",
                    "engine_service_rollout_may", "engine_service_checked_variables", "engine_service_group_problems",
-                   "engine_service_group_member", "engine_service_rollout_batches"):
+                   "engine_service_group_member", "engine_service_rollout_batches", "engine_service_group_settled"):
     del F[_elsewhere]
 QWEN = {"name": "qwen", "model": "Qwen/Qwen3-8B", "port": 8000}
 ENV = "0.20.0-cu13"

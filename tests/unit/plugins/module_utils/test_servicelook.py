@@ -935,3 +935,20 @@ def test_the_node_is_read_as_the_plan_reads_it_with_a_program_no_other_user_can_
             "link": str(node.root / "current"), "nvidia_smi": str(smi)}), run=run)
         not_settled(result, "^reading the node's GPUs: nvidia_smi %s is not run: " % re.escape(str(smi)))
         assert len(calls) == 1
+
+
+def test_a_model_groups_follower_is_judged_by_its_units_state_and_asked_no_gate(node):
+    """A follower (gate: false) has no API server: no gate asks it; one systemctl show reads its state, and a follower
+    that is not active leaves the node unsettled. The other unit is gated as before."""
+    chat, embed = [u["unit"] for u in node.units]
+    node.units[1]["gate"] = False
+    run = FakeRun({"/usr/bin/systemctl": show_answer({embed: ("loaded", "active", "running")})})
+    result, run, gates = look(node.params(), run=run)
+    assert result["settled"] is True and result["reasons"] == []
+    assert [c["unit"].name for c in gates.calls] == [chat]
+    assert run.calls == [(["/usr/bin/systemctl", "show", "-p", "Id", "-p", "LoadState", "-p", "ActiveState",
+                           "-p", "SubState", embed], _servicelook.SYSTEMCTL_TIMEOUT)]
+    assert result["states"][embed] == {"load": "loaded", "active": "active", "sub": "running"}
+    run = FakeRun({"/usr/bin/systemctl": show_answer({embed: ("loaded", "failed", "failed")})})
+    result, _run, _gates = look(node.params(), run=run)
+    not_settled(result, r"^llmfleet-vllm-embed\.service is failed$")

@@ -288,3 +288,14 @@ def test_the_rollouts_batches_keep_every_group_whole(hosts, groups, serial, orde
     for group in groups:
         members = set(group["members"]) & set(hosts)
         assert sum(1 for b in batches if b & members) <= 1
+
+
+def test_a_member_is_settled_only_with_its_whole_group():
+    hostvars = inventory()
+    for host, settled in (("a", True), ("b", False), ("c", True)):
+        hostvars[host]["engine_service_result"] = {"settled": settled}
+    assert [G.group_settled([GROUP], h, hostvars) for h in "abc"] == [False, False, True]
+    hostvars["b"]["engine_service_result"] = {"settled": True}
+    assert [G.group_settled([GROUP], h, hostvars) for h in "abc"] == [True, True, True]
+    del hostvars["c"]["engine_service_result"]
+    assert G.group_settled([], "c", hostvars) is False

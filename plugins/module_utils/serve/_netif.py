@@ -96,6 +96,11 @@ def interface_problem(interface, address, found=None):
     if interface not in found:
         return "this node has no interface %s with an address (it has %s)" % (
             interface, ", ".join(sorted(found)) or "none")
-    if wanted not in found[interface]:
-        return "interface %s of this node has %s, not %s" % (interface, ", ".join(found[interface]), wanted)
-    return None
+    if wanted in found[interface]:
+        return None
+    # Linux answers for the whole of 127.0.0.0/8 on the loopback interface, whichever of it is assigned
+    parsed = ipaddress.ip_address(wanted)
+    if parsed.version == 4 and parsed.is_loopback and any(
+            ipaddress.ip_address(a).version == 4 and ipaddress.ip_address(a).is_loopback for a in found[interface]):
+        return None
+    return "interface %s of this node has %s, not %s" % (interface, ", ".join(found[interface]), wanted)

@@ -65,6 +65,13 @@ def test_an_interface_and_address_are_checked_against_the_node(namespace):
     assert namespace["missing"] == "this node has no interface eth9 with an address (it has grp0, grp1, lo)"  # grp1: its link-local address alone
 
 
+def test_the_loopback_interface_answers_for_the_whole_of_127_0_0_0_8():
+    found = {"lo": ["127.0.0.1", "::1"], "eth0": ["10.0.0.1"]}
+    assert _netif.interface_problem("lo", "127.0.0.2", found=found) is None
+    assert _netif.interface_problem("eth0", "127.0.0.2", found=found) == "interface eth0 of this node has 10.0.0.1, not 127.0.0.2"
+    assert _netif.interface_problem("lo", "::2", found=found) == "interface lo of this node has 127.0.0.1, ::1, not ::2"
+
+
 def test_a_word_that_is_no_address_is_said_so():
     assert _netif.interface_problem("lo", "gpu-a.example", found={"lo": ["127.0.0.1"]}) == \
         "gpu-a.example is not an IP address"

@@ -232,6 +232,10 @@ def summary(host, environment, units, gates):
             "warnings": [], "units": units, "removed": [], "gates": gates, "settled": True}
 
 
+# The key under which a look keeps its model groups' problems among the variables it templated (no variable's name).
+_GROUP_PROBLEMS = ("model group problems",)
+
+
 class ActionModule(ActionBase):
     """Survey a serving node, check the placement, and sum up a settled node, in one task."""
 
@@ -261,12 +265,13 @@ class ActionModule(ActionBase):
             return []
 
     def _group_problems(self, host, task_vars, known):
-        """What is wrong with the model groups, read across the members (as validate.yml checks it)."""
-        groups = self._groups(task_vars, known)
-        if not groups:
-            return []
-        return _service_groups.group_problems(groups) + _service_groups.member_problems(
-            groups, host, task_vars.get("hostvars") or {})
+        """What is wrong with the model groups, read across the members (as validate.yml checks it); read once per
+        look (kept in ``known`` beside the templated variables: the check and the units' rendering both ask)."""
+        if _GROUP_PROBLEMS not in known:
+            groups = self._groups(task_vars, known)
+            known[_GROUP_PROBLEMS] = _service_groups.group_problems(groups) + _service_groups.member_problems(
+                groups, host, task_vars.get("hostvars") or {}) if groups else []
+        return known[_GROUP_PROBLEMS]
 
     def _group(self, host, task_vars, known):
         """This host's place in its model group (the role's ``__engine_service_group``), or None."""

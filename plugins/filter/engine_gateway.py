@@ -25,6 +25,7 @@ import re
 import jinja2
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmfleet.engines.plugins.plugin_utils import _service_groups
 
 # Each value that reaches the configuration: no whitespace, quote, "#" or backslash (HAProxy would read
 # the rest of the line as another word, a comment or an escape).
@@ -191,13 +192,6 @@ def _model_problems(models, metrics_port):
     return out
 
 
-def _followed(variables, host):
-    """The models ``host`` serves as a follower of a model group (engine_service_model_groups): a follower has no API
-    server, the group's one server on a gateway is its leader."""
-    return {g.get("name") for g in variables.get("engine_service_model_groups") or []
-            if isinstance(g, dict) and isinstance(g.get("members"), list) and host in g["members"][1:]}
-
-
 def engine_gateway_fleet(hostvars, hosts):
     """The serving nodes among ``hosts`` (inventory names), read from ``hostvars``: a list of ``{host, address,
     listen, models: [{name, port}]}``, for the hosts whose engine_service_models is a non-empty list, in the order
@@ -213,7 +207,7 @@ def engine_gateway_fleet(hostvars, hosts):
         models = variables.get("engine_service_models") or []
         if not isinstance(models, list) or not models:
             continue
-        followed = _followed(variables, host)
+        followed = _service_groups.followed(variables.get("engine_service_model_groups"), host)
         models = [m for m in models if not (isinstance(m, dict) and m.get("name") in followed)]
         if not models:
             continue
@@ -373,7 +367,7 @@ def engine_gateway_drains(hostvars, gateways, host, units):
         if unit.startswith("llmfleet-vllm-") and unit.endswith(".service"):
             names.append(unit[len("llmfleet-vllm-"):-len(".service")])
     if host is not None and host in hostvars:
-        followed = _followed(hostvars[host], host)
+        followed = _service_groups.followed(hostvars[host].get("engine_service_model_groups"), host)
         names = [name for name in names if name not in followed]
     out = []
     for gateway in gateways or []:

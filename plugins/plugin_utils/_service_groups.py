@@ -37,7 +37,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.llmfleet.engines.plugins.module_utils.common._text import json_text as _json
-from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import _arg_sets, _port
+from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_checks import _NAME_RE, _arg_sets, _port
 
 VARIABLE = "engine_service_model_groups"
 GROUP_KEYS = ("name", "members", "parallel", "network", "master_port", "rpc_port")
@@ -107,7 +107,7 @@ def group_problems(groups):
         if unknown:
             out.append("%s has %s, allowed keys: %s" % (item, ", ".join(unknown), ", ".join(GROUP_KEYS)))
         name = group.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,47}", name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             out.append("%s.name is %s, allowed: the name of the model in engine_service_models on every member (1-48 of"
                        " a-z, 0-9 and -)" % (item, _json(name)))
         elif name in names:
@@ -157,6 +157,13 @@ def _group_of(groups, host):
         if isinstance(group, Mapping) and isinstance(group.get("members"), list) and host in group["members"]:
             return index, group
     return None, None
+
+
+def followed(groups, host):
+    """The names of the models ``host`` serves as a follower of a model group: a follower has no API server, so the
+    group's one server on a gateway, and its drain, are its leader's."""
+    return {g.get("name") for g in groups if isinstance(g, Mapping) and isinstance(g.get("members"), list)
+            and host in g["members"][1:]} if isinstance(groups, list) else set()
 
 
 def _models(variables):

